@@ -1,0 +1,80 @@
+"""The rollout contract: the one module every component imports.
+
+- ``ids``: experiment, input and session id rules (:func:`validate_session_id`, ...).
+- ``keys``: the result key layout ``{exp_id}/{input_id}/{session_id}.json`` and its parser.
+- ``results``: :class:`RolloutResult`, :class:`Status`, :class:`ErrorInfo`, :class:`Timings`, redaction.
+- ``messages``: the ``_rollout`` block (:class:`RolloutSpec`) and dispatch-queue messages.
+- ``events``: S3 "Object Created" EventBridge events, AWS's and moto's shapes.
+- ``protocol``: AgentCore Runtime headers, ping states, error codes, quotas.
+- ``resources``: resource names and shapes shared by the CDK app and the local stack.
+
+Pure: no boto3, no I/O, nothing read from the environment at import.
+"""
+
+from rollout_contract.events import NotAnObjectCreatedEventError, ObjectCreated, parse_object_created
+from rollout_contract.ids import (
+    InvalidIdError,
+    new_session_id,
+    validate_exp_id,
+    validate_input_id,
+    validate_session_id,
+)
+from rollout_contract.keys import (
+    ResultKey,
+    experiment_prefix,
+    is_result_key,
+    parse_result_key,
+    payload_ref_key,
+    result_key,
+)
+from rollout_contract.messages import (
+    CancelRequest,
+    DispatchRequest,
+    MissingRolloutFieldsError,
+    RolloutSpec,
+    parse_dispatch_message,
+)
+from rollout_contract.resources import ExperimentDescriptor, ExperimentResources, HandlerSettings
+from rollout_contract.results import (
+    REDACTED,
+    ROLLOUT_FIELD,
+    STATUS_CODES,
+    ErrorInfo,
+    RolloutResult,
+    Status,
+    Timings,
+    redact_payload,
+)
+
+__all__ = [
+    "REDACTED",
+    "ROLLOUT_FIELD",
+    "STATUS_CODES",
+    "CancelRequest",
+    "DispatchRequest",
+    "ErrorInfo",
+    "ExperimentDescriptor",
+    "ExperimentResources",
+    "HandlerSettings",
+    "InvalidIdError",
+    "MissingRolloutFieldsError",
+    "NotAnObjectCreatedEventError",
+    "ObjectCreated",
+    "ResultKey",
+    "RolloutResult",
+    "RolloutSpec",
+    "Status",
+    "Timings",
+    "experiment_prefix",
+    "is_result_key",
+    "new_session_id",
+    "parse_dispatch_message",
+    "parse_object_created",
+    "parse_result_key",
+    "payload_ref_key",
+    "redact_payload",
+    "result_key",
+    "validate_exp_id",
+    "validate_input_id",
+    "validate_session_id",
+]

@@ -1,0 +1,142 @@
+"""Message shapes: the ``_rollout`` block of an agent payload and the dispatch-queue messages."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+
+from rollout_contract.ids import validate_exp_id, validate_input_id, validate_session_id
+from rollout_contract.keys import ResultKey
+from rollout_contract.results import ROLLOUT_FIELD
+
+#: SQS accepts 256 KiB per message (moto too); larger payloads travel by S3 reference.
+SQS_MAX_INLINE_PAYLOAD_BYTES = 240 * 1024
+SAVE_FIELDS = ("exp_id", "input_id", "s3_bucket")
+
+
+class MissingRolloutFieldsError(ValueError):
+    """``_rollout`` names some but not all of ``exp_id``, ``input_id`` and ``s3_bucket``."""
+
+
+class RolloutSpec(BaseModel):
+    """The ``_rollout`` block injected into an agent's payload.
+
+    ``exp_id``, ``input_id`` and ``s3_bucket`` say where the result goes (all or none of them);
+    ``base_url``, ``model_id``, ``sampling_params`` and ``api_key`` are conventions user code reads.
+    Other fields pass through untouched.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    exp_id: str | None = None
+    input_id: str | None = None
+    s3_bucket: str | None = None
+    base_url: str | None = None
+    model_id: str | None = None
+    sampling_params: dict[str, Any] | None = None
+    api_key: str | None = None
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> RolloutSpec:
+        """Read the ``_rollout`` block of ``payload`` (empty when absent)."""
+        block = payload.get(ROLLOUT_FIELD)
+        if block is None:
+            return cls()
+        if not isinstance(block, dict):
+            raise MissingRolloutFieldsError(f"{ROLLOUT_FIELD} must be an object, got {type(block).__name__}")
+        return cls.model_validate(block)
+
+    def save_target(self) -> tuple[str, str, str] | None:
+        """Return ``(exp_id, input_id, s3_bucket)``, or ``None`` when the result is not to be saved.
+
+        Raises:
+            MissingRolloutFieldsError: only some of the three fields are set.
+        """
+        values = {name: getattr(self, name) for name in SAVE_FIELDS}
+        missing = [name for name, value in values.items() if not value]
+        if len(missing) == len(SAVE_FIELDS):
+            return None
+        if missing:
+            raise MissingRolloutFieldsError(
+                f"{ROLLOUT_FIELD} is missing {', '.join(missing)}: give all of exp_id, input_id and "
+                "s3_bucket to save the result, or none of them to run without saving"
+            )
+        return validate_exp_id(values["exp_id"]), validate_input_id(values["input_id"]), values["s3_bucket"]
+
+
+class _QueueMessage(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    exp_id: str
+    input_id: str
+    session_id: str
+
+    @field_validator("exp_id")
+    @classmethod
+    def _check_exp_id(cls, value: str) -> str:
+        return validate_exp_id(value)
+
+    @field_validator("input_id")
+    @classmethod
+    def _check_input_id(cls, value: str) -> str:
+        return validate_input_id(value)
+
+    @field_validator("session_id")
+    @classmethod
+    def _check_session_id(cls, value: str) -> str:
+        return validate_session_id(value)
+
+    @property
+    def key(self) -> ResultKey:
+        """The ids of the rollout this message is about."""
+        return ResultKey(self.exp_id, self.input_id, self.session_id)
+
+    def to_body(self) -> str:
+        """Serialize as an SQS message body."""
+        return self.model_dump_json(exclude_none=True)
+
+
+class DispatchRequest(_QueueMessage):
+    """Start one rollout: what the trainer puts on the dispatch queue.
+
+    Exactly one of ``payload`` (inline) and ``payload_ref`` (key of the payload in the results bucket)
+    is set. ``rollout`` holds the ``_rollout`` fields beyond the save target (``base_url``, ``model_id``,
+    ``sampling_params``, ...). The rollout's deadline is ``submitted_at + timeout_s``.
+    """
+
+    kind: Literal["start"] = "start"
+    payload: dict[str, Any] | None = None
+    payload_ref: str | None = None
+    rollout: dict[str, Any] = Field(default_factory=dict)
+    submitted_at: float = Field(default_factory=time.time)
+    timeout_s: float = Field(gt=0)
+
+    @property
+    def deadline_at(self) -> float:
+        """Unix time after which the sweeper ends the rollout as ``timed_out``."""
+        return self.submitted_at + self.timeout_s
+
+    def invoke_payload(self, payload: dict[str, Any], s3_bucket: str) -> dict[str, Any]:
+        """Return the agent payload: ``payload`` with ``_rollout`` holding the save target and model fields."""
+        rollout = dict(payload.get(ROLLOUT_FIELD) or {})
+        rollout.update(self.rollout)
+        rollout.update(exp_id=self.exp_id, input_id=self.input_id, s3_bucket=s3_bucket)
+        return {**payload, ROLLOUT_FIELD: rollout}
+
+
+class CancelRequest(_QueueMessage):
+    """End one rollout as ``cancelled`` and stop its session (under the shared invoke budget)."""
+
+    kind: Literal["cancel"] = "cancel"
+    requested_at: float = Field(default_factory=time.time)
+
+
+DispatchMessage = Annotated[DispatchRequest | CancelRequest, Field(discriminator="kind")]
+_DISPATCH_MESSAGE = TypeAdapter(DispatchMessage)
+
+
+def parse_dispatch_message(body: str | bytes) -> DispatchRequest | CancelRequest:
+    """Parse a dispatch-queue message body (raises ``pydantic.ValidationError`` when malformed)."""
+    return _DISPATCH_MESSAGE.validate_json(body)

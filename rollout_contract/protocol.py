@@ -1,0 +1,48 @@
+"""AgentCore Runtime facts every component relies on: headers, ping states, errors, quotas."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import NamedTuple
+
+SESSION_HEADER = "X-Amzn-Bedrock-AgentCore-Runtime-Session-Id"
+REQUEST_ID_HEADER = "X-Amzn-Bedrock-AgentCore-Runtime-Request-Id"
+ERROR_TYPE_HEADER = "x-amzn-ErrorType"
+DEFAULT_QUALIFIER = "DEFAULT"
+
+MAX_PAYLOAD_BYTES = 100 * 1024 * 1024
+DEFAULT_INVOKE_TPS = 25
+DEFAULT_ACTIVE_SESSION_QUOTA = 1000
+DEFAULT_IDLE_TIMEOUT_S = 900
+DEFAULT_MAX_LIFETIME_S = 28_800
+STARTUP_LIMIT_S = 60
+
+
+class PingStatus(StrEnum):
+    """What an agent's ``GET /ping`` reports."""
+
+    HEALTHY = "Healthy"
+    HEALTHY_BUSY = "HealthyBusy"
+
+
+class AcrError(NamedTuple):
+    """An ACR data-plane error: its ``x-amzn-ErrorType`` code and HTTP status."""
+
+    code: str
+    http_status: int
+
+
+VALIDATION = AcrError("ValidationException", 400)
+UNAUTHORIZED = AcrError("UnauthorizedException", 401)
+SERVICE_QUOTA_EXCEEDED = AcrError("ServiceQuotaExceededException", 402)
+ACCESS_DENIED = AcrError("AccessDeniedException", 403)
+RESOURCE_NOT_FOUND = AcrError("ResourceNotFoundException", 404)
+RETRYABLE_CONFLICT = AcrError("RetryableConflictException", 409)
+RUNTIME_CLIENT_ERROR = AcrError("RuntimeClientError", 424)
+THROTTLING = AcrError("ThrottlingException", 429)
+INTERNAL_SERVER = AcrError("InternalServerException", 500)
+
+#: Error codes a dispatcher retries with backoff; every other code ends the rollout.
+RETRYABLE_ERROR_CODES = frozenset(
+    e.code for e in (SERVICE_QUOTA_EXCEEDED, RETRYABLE_CONFLICT, RUNTIME_CLIENT_ERROR, THROTTLING, INTERNAL_SERVER)
+)

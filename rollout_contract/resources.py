@@ -1,0 +1,178 @@
+"""Resource definitions shared by the CDK app and the local stack.
+
+Names, queue and table shapes, the result rule's event pattern, the Lambda settings and the experiment
+descriptor are defined once here; ``infra/`` turns them into CloudFormation and the local stack into
+boto3 calls against moto, so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rollout_contract.events import OBJECT_CREATED, S3_SOURCE
+from rollout_contract.ids import validate_exp_id
+from rollout_contract.keys import experiment_prefix
+from rollout_contract.protocol import DEFAULT_ACTIVE_SESSION_QUOTA, DEFAULT_INVOKE_TPS, DEFAULT_QUALIFIER
+
+PROJECT = "agentcore-rollouts"
+DESCRIPTOR_PARAMETER_PREFIX = f"/{PROJECT}/experiments/"
+SHARED_STACK_NAME = "AgentcoreRollouts-Shared"
+LOCAL_RESULTS_BUCKET = f"{PROJECT}-results-local"
+HANDLER_ENV_PREFIX = "ROLLOUTS_"
+
+
+class QueueSpec(NamedTuple):
+    """An SQS queue with its dead-letter queue."""
+
+    name: str
+    visibility_timeout_s: int
+    retention_s: int
+    max_receive_count: int
+
+    @property
+    def dlq_name(self) -> str:
+        """Name of the dead-letter queue that catches messages received ``max_receive_count`` times."""
+        return f"{self.name}-dlq"
+
+
+class IndexSpec(NamedTuple):
+    """A DynamoDB global secondary index (keys are S partition, N sort; projection ALL)."""
+
+    name: str
+    partition_key: str
+    sort_key: str
+
+
+class TableSpec(NamedTuple):
+    """A DynamoDB table (on-demand, string partition key, TTL attribute)."""
+
+    name: str
+    partition_key: str
+    ttl_attribute: str
+    indexes: tuple[IndexSpec, ...] = ()
+
+
+# Sessions table: one item per rollout. The sparse index holds rollouts in flight only (the
+# attribute is removed when a rollout finishes), sorted by deadline, for the sweeper.
+SESSIONS_PARTITION_KEY = "session_id"
+INFLIGHT_INDEX = IndexSpec(name="inflight-by-deadline", partition_key="inflight", sort_key="deadline_at")
+# Budget table (account-wide, in the shared stack): TPS buckets per runtime and the session budget.
+BUDGET_PARTITION_KEY = "budget_id"
+TTL_ATTRIBUTE = "expires_at"
+
+BUDGET_TABLE = TableSpec(name=f"{PROJECT}-budgets", partition_key=BUDGET_PARTITION_KEY, ttl_attribute=TTL_ATTRIBUTE)
+
+
+class ExperimentResources(NamedTuple):
+    """The names and shapes of one experiment's resources."""
+
+    exp_id: str
+    dispatch_queue: QueueSpec
+    completion_queue: QueueSpec
+    finisher_queue: QueueSpec
+    sessions_table: TableSpec
+    result_rule_name: str
+    descriptor_parameter: str
+    stack_name: str
+    dashboard_name: str
+
+    @classmethod
+    def for_experiment(cls, exp_id: str) -> ExperimentResources:
+        """Derive every resource name of experiment ``exp_id``."""
+        exp_id = validate_exp_id(exp_id)
+        base = f"{PROJECT}-{exp_id}"
+        day = 24 * 3600
+        return cls(
+            exp_id=exp_id,
+            # The dispatcher re-queues throttled messages itself and ends a rollout as dispatch_failed
+            # after HandlerSettings.max_dispatch_attempts; the DLQ only catches what it cannot parse.
+            dispatch_queue=QueueSpec(
+                f"{base}-dispatch", visibility_timeout_s=120, retention_s=4 * day, max_receive_count=1000
+            ),
+            completion_queue=QueueSpec(
+                f"{base}-completions", visibility_timeout_s=60, retention_s=14 * day, max_receive_count=20
+            ),
+            finisher_queue=QueueSpec(
+                f"{base}-finisher", visibility_timeout_s=120, retention_s=4 * day, max_receive_count=10
+            ),
+            sessions_table=TableSpec(
+                name=f"{base}-sessions",
+                partition_key=SESSIONS_PARTITION_KEY,
+                ttl_attribute=TTL_ATTRIBUTE,
+                indexes=(INFLIGHT_INDEX,),
+            ),
+            result_rule_name=f"{base}-results",
+            descriptor_parameter=f"{DESCRIPTOR_PARAMETER_PREFIX}{exp_id}",
+            stack_name=f"AgentcoreRollouts-{exp_id}",
+            dashboard_name=base,
+        )
+
+
+def result_event_pattern(bucket: str, exp_id: str) -> dict[str, Any]:
+    """EventBridge pattern matching result objects of experiment ``exp_id`` in ``bucket``."""
+    return {
+        "source": [S3_SOURCE],
+        "detail-type": [OBJECT_CREATED],
+        "detail": {
+            "bucket": {"name": [bucket]},
+            "object": {"key": [{"prefix": experiment_prefix(exp_id)}]},
+        },
+    }
+
+
+class HandlerSettings(BaseModel):
+    """What the dispatcher, finisher and sweeper need, passed as ``ROLLOUTS_*`` environment variables."""
+
+    model_config = ConfigDict(frozen=True)
+
+    exp_id: str
+    results_bucket: str
+    sessions_table: str
+    budget_table: str
+    runtime_arn: str
+    runtime_qualifier: str = DEFAULT_QUALIFIER
+    dispatch_queue_url: str
+    tps_limit: float = Field(default=DEFAULT_INVOKE_TPS, gt=0)
+    session_budget: int = Field(default=int(DEFAULT_ACTIVE_SESSION_QUOTA * 0.9), gt=0)
+    max_dispatch_attempts: int = Field(default=30, gt=0)
+
+    def to_env(self) -> dict[str, str]:
+        """Render as environment variables (values stay strings, so CDK tokens pass through)."""
+        return {f"{HANDLER_ENV_PREFIX}{name.upper()}": str(value) for name, value in self.model_dump().items()}
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> HandlerSettings:
+        """Read the settings from ``ROLLOUTS_*`` variables (raises ``ValidationError`` naming what is missing)."""
+        environ = os.environ if environ is None else environ
+        names = {name: f"{HANDLER_ENV_PREFIX}{name.upper()}" for name in cls.model_fields}
+        return cls.model_validate({name: environ[var] for name, var in names.items() if var in environ})
+
+
+class ExperimentDescriptor(BaseModel):
+    """Everything a trainer needs to use an experiment, published as one SSM parameter.
+
+    ``endpoints`` maps boto3 service names to endpoint URLs for the local stack; it is empty in AWS.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    exp_id: str
+    region: str
+    results_bucket: str
+    dispatch_queue_url: str
+    completion_queue_url: str
+    sessions_table: str
+    budget_table: str
+    runtime_arn: str
+    runtime_qualifier: str = DEFAULT_QUALIFIER
+    gateway_url: str | None = None
+    endpoints: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def resources(self) -> ExperimentResources:
+        """The experiment's resource names."""
+        return ExperimentResources.for_experiment(self.exp_id)
