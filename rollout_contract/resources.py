@@ -93,8 +93,10 @@ class ExperimentResources(NamedTuple):
             dispatch_queue=QueueSpec(
                 f"{base}-dispatch", visibility_timeout_s=120, retention_s=4 * day, max_receive_count=1000
             ),
+            # Trainer processes sharing an experiment hand back each other's messages (visibility 0),
+            # which counts as a receive: the redrive threshold is SQS's maximum.
             completion_queue=QueueSpec(
-                f"{base}-completions", visibility_timeout_s=60, retention_s=14 * day, max_receive_count=20
+                f"{base}-completions", visibility_timeout_s=60, retention_s=14 * day, max_receive_count=1000
             ),
             finisher_queue=QueueSpec(
                 f"{base}-finisher", visibility_timeout_s=120, retention_s=4 * day, max_receive_count=10

@@ -1,0 +1,1 @@
+"""Example agents built on ``agent_app``."""

@@ -1,0 +1,32 @@
+"""The sessions table: one item per rollout, written by the dispatcher, finisher and sweeper.
+
+Attribute names and states are defined here so the Lambdas, the trainer's ``status`` view and the
+local stack read the same item the same way.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class SessionState(StrEnum):
+    """Where a rollout is in its life, as the sessions table records it."""
+
+    ADMITTED = "admitted"  # recorded and holding a session slot; the invoke may not have happened yet
+    RUNNING = "running"  # InvokeAgentRuntime accepted it
+    FINISHED = "finished"  # a terminal result exists; the slot is released
+
+
+# Attribute names of a sessions-table item (partition key: resources.SESSIONS_PARTITION_KEY).
+ATTR_SESSION_ID = "session_id"
+ATTR_EXP_ID = "exp_id"
+ATTR_INPUT_ID = "input_id"
+ATTR_STATE = "state"
+ATTR_STATUS = "status"  # the terminal results.Status once finished
+ATTR_SUBMITTED_AT = "submitted_at"
+ATTR_DISPATCHED_AT = "dispatched_at"
+ATTR_FINISHED_AT = "finished_at"
+ATTR_DEADLINE_AT = "deadline_at"
+ATTR_INFLIGHT = "inflight"  # present (value INFLIGHT_MARK) only while the rollout holds a slot
+ATTR_ATTEMPTS = "attempts"
+INFLIGHT_MARK = "1"
