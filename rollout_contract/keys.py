@@ -31,12 +31,17 @@ def experiment_prefix(exp_id: str) -> str:
     return f"{validate_exp_id(exp_id)}/"
 
 
+def payload_ref_prefix(exp_id: str) -> str:
+    """Return the key prefix under which an experiment's oversized payloads are parked (``_payloads/exp_id/``)."""
+    return f"{PAYLOAD_REF_PREFIX}/{validate_exp_id(exp_id)}/"
+
+
 def payload_ref_key(exp_id: str, session_id: str) -> str:
     """Return the key where a payload too large for SQS is parked.
 
     It lies outside the experiment's prefix, so parking a payload never fires the result rule.
     """
-    return f"{PAYLOAD_REF_PREFIX}/{validate_exp_id(exp_id)}/{validate_session_id(session_id)}.json"
+    return f"{payload_ref_prefix(exp_id)}{validate_session_id(session_id)}.json"
 
 
 def parse_result_key(key: str) -> ResultKey:

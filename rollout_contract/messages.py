@@ -14,6 +14,8 @@ from rollout_contract.results import ROLLOUT_FIELD
 #: SQS accepts 256 KiB per message (moto too); larger payloads travel by S3 reference.
 SQS_MAX_INLINE_PAYLOAD_BYTES = 240 * 1024
 SAVE_FIELDS = ("exp_id", "input_id", "s3_bucket")
+#: The ``status`` of an agent's immediate answer to ``/invocations`` (ART's).
+PROCESSING = "processing"
 
 
 class MissingRolloutFieldsError(ValueError):
@@ -24,8 +26,9 @@ class RolloutSpec(BaseModel):
     """The ``_rollout`` block injected into an agent's payload.
 
     ``exp_id``, ``input_id`` and ``s3_bucket`` say where the result goes (all or none of them);
-    ``base_url``, ``model_id``, ``sampling_params`` and ``api_key`` are conventions user code reads.
-    Other fields pass through untouched.
+    ``base_url``, ``model_id``, ``sampling_params`` and ``api_key`` are conventions user code reads;
+    ``submitted_at`` and ``dispatched_at`` (unix seconds), when a dispatcher sets them, go into the
+    result's timings. Other fields pass through untouched.
     """
 
     model_config = ConfigDict(extra="allow")
@@ -37,6 +40,8 @@ class RolloutSpec(BaseModel):
     model_id: str | None = None
     sampling_params: dict[str, Any] | None = None
     api_key: str | None = None
+    submitted_at: float | None = None
+    dispatched_at: float | None = None
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> RolloutSpec:
@@ -64,6 +69,17 @@ class RolloutSpec(BaseModel):
                 "s3_bucket to save the result, or none of them to run without saving"
             )
         return validate_exp_id(values["exp_id"]), validate_input_id(values["input_id"]), values["s3_bucket"]
+
+
+def processing_response(s3_bucket: str | None = None, result_key: str | None = None) -> dict[str, str]:
+    """Return the agent's immediate answer to ``/invocations``: ``{"status": "processing", ...}``.
+
+    ``s3_bucket`` and ``result_key`` are present when the rollout saves its result.
+    """
+    response = {"status": PROCESSING}
+    if s3_bucket is not None and result_key is not None:
+        response.update(s3_bucket=s3_bucket, result_key=result_key)
+    return response
 
 
 class _QueueMessage(BaseModel):

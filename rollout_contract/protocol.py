@@ -9,6 +9,11 @@ SESSION_HEADER = "X-Amzn-Bedrock-AgentCore-Runtime-Session-Id"
 REQUEST_ID_HEADER = "X-Amzn-Bedrock-AgentCore-Runtime-Request-Id"
 ERROR_TYPE_HEADER = "x-amzn-ErrorType"
 DEFAULT_QUALIFIER = "DEFAULT"
+USER_ID_HEADER = "X-Amzn-Bedrock-AgentCore-Runtime-User-Id"
+#: Prefix of custom headers ACR passes to the agent (when allowlisted on the runtime).
+CUSTOM_HEADER_PREFIX = "X-Amzn-Bedrock-AgentCore-Runtime-Custom-"
+#: Trace headers ACR passes through to the agent.
+TRACE_HEADERS = ("X-Amzn-Trace-Id", "traceparent", "tracestate", "baggage")
 
 MAX_PAYLOAD_BYTES = 100 * 1024 * 1024
 DEFAULT_INVOKE_TPS = 25
@@ -16,6 +21,8 @@ DEFAULT_ACTIVE_SESSION_QUOTA = 1000
 DEFAULT_IDLE_TIMEOUT_S = 900
 DEFAULT_MAX_LIFETIME_S = 28_800
 STARTUP_LIMIT_S = 60
+#: Longest a synchronous InvokeAgentRuntime request may run.
+SYNC_INVOKE_LIMIT_S = 900
 
 
 class PingStatus(StrEnum):

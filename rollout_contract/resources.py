@@ -23,6 +23,15 @@ DESCRIPTOR_PARAMETER_PREFIX = f"/{PROJECT}/experiments/"
 SHARED_STACK_NAME = "AgentcoreRollouts-Shared"
 LOCAL_RESULTS_BUCKET = f"{PROJECT}-results-local"
 HANDLER_ENV_PREFIX = "ROLLOUTS_"
+#: ECR repository (shared stack) that holds the agent images of every experiment.
+AGENT_REPOSITORY_NAME = f"{PROJECT}-agents"
+#: Runtime names allow letters, digits and underscores only, at most 48 characters.
+RUNTIME_NAME_PREFIX = "rollout_"
+
+
+def results_bucket_name(account: str, region: str) -> str:
+    """Name of the shared results bucket in ``account`` and ``region`` (bucket names are global)."""
+    return f"{PROJECT}-results-{account}-{region}"
 
 
 class QueueSpec(NamedTuple):
@@ -112,6 +121,16 @@ class ExperimentResources(NamedTuple):
             stack_name=f"AgentcoreRollouts-{exp_id}",
             dashboard_name=base,
         )
+
+    @property
+    def runtime_name(self) -> str:
+        """Name of the experiment's AgentCore Runtime (``rollout_`` + the id with ``_`` for ``-``)."""
+        return f"{RUNTIME_NAME_PREFIX}{self.exp_id.replace('-', '_')}"
+
+    @property
+    def trainer_policy_name(self) -> str:
+        """Name of the IAM managed policy that grants a trainer what it needs for this experiment."""
+        return f"{PROJECT}-{self.exp_id}-trainer"
 
 
 def result_event_pattern(bucket: str, exp_id: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from enum import StrEnum
 class SessionState(StrEnum):
     """Where a rollout is in its life, as the sessions table records it."""
 
+    QUEUED = "queued"  # recorded, waiting in the dispatch queue for a slot, a token or a retry; holds no slot
     ADMITTED = "admitted"  # recorded and holding a session slot; the invoke may not have happened yet
     RUNNING = "running"  # InvokeAgentRuntime accepted it
     FINISHED = "finished"  # a terminal result exists; the slot is released
@@ -30,3 +31,7 @@ ATTR_DEADLINE_AT = "deadline_at"
 ATTR_INFLIGHT = "inflight"  # present (value INFLIGHT_MARK) only while the rollout holds a slot
 ATTR_ATTEMPTS = "attempts"
 INFLIGHT_MARK = "1"
+# The dispatcher that admitted a rollout owns it until ``lease_until`` (unix s); a redelivered copy of the
+# message takes it over only after that, so two copies in flight at once never both invoke.
+ATTR_LEASE_OWNER = "lease_owner"
+ATTR_LEASE_UNTIL = "lease_until"

@@ -1,0 +1,233 @@
+"""``AgentCoreRLApp``: a ``BedrockAgentCoreApp`` whose entrypoint runs one rollout in the background.
+
+``/invocations`` validates the ``_rollout`` block, answers ``{"status": "processing", ...}`` at once and
+starts the handler on the parent's worker loop (through the parent's own sync/async dispatch). ``/ping``
+is the parent's: ``HealthyBusy`` while a rollout is registered as an async task, which lasts until its
+result is stored. On shutdown (uvicorn turns SIGTERM into the lifespan's exit) a rollout whose handler
+has not finished ends as ``cancelled``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from typing import Any
+
+import boto3
+from pydantic import ValidationError
+from pydantic.warnings import PydanticDeprecatedSince20
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+
+from agent_app._results import ResultWriteError, ResultWriter
+from agent_app._rollout import Rollout, RolloutRegistry
+from rollout_contract.ids import InvalidIdError, new_session_id, validate_session_id
+from rollout_contract.keys import ResultKey
+from rollout_contract.messages import MissingRolloutFieldsError, RolloutSpec
+from rollout_contract.results import ROLLOUT_FIELD
+
+# bedrock-agentcore 1.25 declares RequestContext with a pydantic v1 ``class Config``; the warning is theirs
+# to fix and would fail every test run that treats warnings as errors.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", PydanticDeprecatedSince20)
+    from bedrock_agentcore.runtime import BedrockAgentCoreApp
+    from bedrock_agentcore.runtime.context import BedrockAgentCoreContext, RequestContext
+
+__all__ = ["AgentCoreRLApp"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PORT = 8080
+PORT_ENV = "PORT"
+#: How long shutdown waits for results already being written.
+SHUTDOWN_WRITE_GRACE_S = 10.0
+
+
+class AgentCoreRLApp(BedrockAgentCoreApp):
+    """An AgentCore app that turns its entrypoint into a fire-and-forget RL rollout service.
+
+    Example:
+        app = AgentCoreRLApp()
+
+        @app.rollout_entrypoint
+        async def solve(payload):
+            ...
+            return {"rewards": reward, "response": text}
+
+        app.run()
+    """
+
+    def __init__(
+        self,
+        *,
+        s3_client: Any | None = None,
+        redact_keys: Iterable[str] = (),
+        debug: bool = False,
+        lifespan: Callable[[Any], contextlib.AbstractAsyncContextManager[Any]] | None = None,
+        middleware: Sequence[Any] | None = None,
+    ) -> None:
+        """Create the app.
+
+        Args:
+            s3_client: boto3 S3 client for results; built on first use (``boto3.client("s3")``, which
+                honours ``AWS_ENDPOINT_URL_S3``) when not given.
+            redact_keys: payload keys (at any depth) replaced by a marker in the stored ``payload``;
+                ``_rollout.api_key`` is always redacted.
+            debug: the parent's debug actions and logging.
+            lifespan: the parent's lifespan; pending rollouts are cancelled before it exits.
+            middleware: the parent's Starlette middleware.
+        """
+        self._rollout_handler: Callable[..., Any] | None = None
+        self._rollouts = RolloutRegistry()
+        self._redact_keys = tuple(redact_keys)
+        self._s3_client = s3_client
+        self._writer: ResultWriter | None = None
+        self._writer_lock = threading.Lock()
+        self._background: set[asyncio.Task[None]] = set()
+        super().__init__(debug=debug, lifespan=self._cancelling_on_exit(lifespan), middleware=middleware)
+
+    def rollout_entrypoint(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        """Register ``func`` as the rollout handler and return it unchanged.
+
+        ``func`` may be sync or async and take ``(payload)`` or ``(payload, context)``; it returns a dict,
+        with the reward under ``"rewards"``.
+        """
+        self._rollout_handler = func
+        self.handlers["main"] = self._accept
+        return func
+
+    def run(self, port: int | None = None, host: str | None = None, **kwargs: Any) -> None:
+        """Serve the app; ``port`` defaults to the ``PORT`` environment variable, else 8080."""
+        super().run(port=_port_from_env() if port is None else port, host=host, **kwargs)
+
+    def _accept(self, payload: Any, context: RequestContext) -> dict[str, str]:
+        """Answer ``/invocations`` (the parent runs this in its threadpool) and start the rollout."""
+        if not isinstance(payload, dict):
+            raise HTTPException(400, f"the payload must be a JSON object, got {type(payload).__name__}")
+        try:
+            spec = RolloutSpec.from_payload(payload)
+            target = spec.save_target()
+        except MissingRolloutFieldsError as exc:
+            raise HTTPException(500, str(exc)) from exc
+        except (InvalidIdError, ValidationError) as exc:
+            raise HTTPException(400, f"invalid {ROLLOUT_FIELD} block: {exc}") from exc
+        session_id = context.session_id or new_session_id()
+        key = None
+        if target is not None:
+            exp_id, input_id, _ = target
+            try:
+                key = ResultKey(exp_id, input_id, validate_session_id(session_id))
+            except InvalidIdError as exc:
+                raise HTTPException(400, str(exc)) from exc
+
+        def make() -> Rollout:
+            rollout = Rollout.accept(payload, spec, session_id, key, self._redact_keys)
+            rollout.ping_task_id = self.add_async_task("rollout", {"session_id": session_id})
+            return rollout
+
+        rollout, created = self._rollouts.get_or_add(session_id, make)
+        if created:
+            self._ensure_worker_loop().call_soon_threadsafe(self._spawn, rollout, context)
+        else:
+            logger.info("session %s already has a rollout; not starting another", session_id)
+        return rollout.response
+
+    def _spawn(self, rollout: Rollout, context: RequestContext) -> None:
+        """Start the rollout's task on the worker loop, keeping a reference until it ends."""
+        task = asyncio.get_running_loop().create_task(self._run(rollout, context), name=f"rollout-{rollout.session_id}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _run(self, rollout: Rollout, context: RequestContext) -> None:
+        """Run the handler, then store its result; the ping stays busy until both are done."""
+        handler = self._rollout_handler
+        context = context.model_copy(update={"session_id": rollout.session_id})
+        request_id = BedrockAgentCoreContext.get_request_id() or str(uuid.uuid4())
+        BedrockAgentCoreContext.set_request_context(request_id, rollout.session_id)
+        rollout.started_at = time.time()
+        output: Any = None
+        error: Exception | None = None
+        try:
+            output = await self._invoke_handler(handler, context, self._takes_context(handler), rollout.payload)
+        except Exception as exc:
+            error = exc
+        finished_at = time.time()
+        if not rollout.claim():
+            logger.info("rollout %s finished after shutdown had already ended it", rollout.session_id)
+            return
+        try:
+            if rollout.saves_result:
+                await asyncio.to_thread(self._store, rollout, rollout.handler_result(output, error, finished_at))
+            elif error is not None:
+                logger.error("rollout %s failed (result not saved)", rollout.session_id, exc_info=error)
+        finally:
+            self._finish(rollout)
+
+    def _store(self, rollout: Rollout, body: bytes) -> None:
+        """Write a result object; failures are logged (the sweeper ends such rollouts as ``timed_out``)."""
+        try:
+            stored = self._result_writer().write(rollout.s3_bucket, str(rollout.key), body)
+        except ResultWriteError:
+            logger.exception("rollout %s: result not stored", rollout.session_id)
+            return
+        if stored:
+            logger.info("rollout %s: result stored at s3://%s/%s", rollout.session_id, rollout.s3_bucket, rollout.key)
+
+    def _finish(self, rollout: Rollout) -> None:
+        if rollout.ping_task_id is not None:
+            self.complete_async_task(rollout.ping_task_id)
+        rollout.done.set()
+
+    def _result_writer(self) -> ResultWriter:
+        """The writer, with the S3 client built once on first use."""
+        with self._writer_lock:
+            if self._writer is None:
+                if self._s3_client is None:
+                    self._s3_client = boto3.client("s3")
+                self._writer = ResultWriter(self._s3_client)
+            return self._writer
+
+    def _cancel_unfinished(self) -> None:
+        """End every rollout whose handler is still running as ``cancelled``; let pending writes finish."""
+        pending = self._rollouts.unfinished()
+        for rollout in pending:
+            if rollout.claim():
+                logger.warning("rollout %s: process shutting down, ending it as cancelled", rollout.session_id)
+                if rollout.saves_result:
+                    self._store(rollout, rollout.cancelled_result())
+                self._finish(rollout)
+        deadline = time.monotonic() + SHUTDOWN_WRITE_GRACE_S
+        for rollout in pending:
+            rollout.done.wait(max(0.0, deadline - time.monotonic()))
+
+    def _cancelling_on_exit(
+        self, lifespan: Callable[[Any], contextlib.AbstractAsyncContextManager[Any]] | None
+    ) -> Callable[[Any], contextlib.AbstractAsyncContextManager[Any]]:
+        """Wrap the user's lifespan so that unfinished rollouts are cancelled before it exits."""
+
+        @contextlib.asynccontextmanager
+        async def cancelling(app: Any) -> AsyncIterator[Any]:
+            async with contextlib.AsyncExitStack() as stack:
+                state = await stack.enter_async_context(lifespan(app)) if lifespan is not None else None
+                stack.push_async_callback(run_in_threadpool, self._cancel_unfinished)
+                yield state
+
+        return cancelling
+
+
+def _port_from_env() -> int:
+    raw = os.environ.get(PORT_ENV, str(DEFAULT_PORT))
+    try:
+        port = int(raw)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise ValueError(f"{PORT_ENV}={raw!r} is not a port number: set it to an integer 0-65535 or unset it")
+    return port

@@ -1,0 +1,152 @@
+"""One rollout's state in the agent process, and the result document it ends with."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
+
+from rollout_contract.keys import ResultKey
+from rollout_contract.messages import RolloutSpec, processing_response
+from rollout_contract.results import ErrorInfo, RolloutResult, Status, Timings, redact_payload
+
+__all__ = ["Rollout", "RolloutRegistry"]
+
+SHUTDOWN_REASON = "the agent process is shutting down (SIGTERM) before the handler finished"
+
+
+@dataclass
+class Rollout:
+    """A rollout this process accepted: its ids, where its result goes, and who ends it.
+
+    Exactly one party ends a rollout: the background run when the handler returns, or the shutdown
+    path when the process stops first. :meth:`claim` decides which, once.
+    """
+
+    session_id: str
+    payload: dict[str, Any]
+    spec: RolloutSpec
+    key: ResultKey | None
+    s3_bucket: str | None
+    stored_payload: dict[str, Any]
+    ping_task_id: int | None = None
+    started_at: float | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    _claimed: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def accept(
+        cls,
+        payload: dict[str, Any],
+        spec: RolloutSpec,
+        session_id: str,
+        key: ResultKey | None,
+        redact_keys: Iterable[str],
+    ) -> Rollout:
+        """Build the rollout of one ``/invocations`` request (the stored payload is redacted now)."""
+        return cls(
+            session_id=session_id,
+            payload=payload,
+            spec=spec,
+            key=key,
+            s3_bucket=spec.s3_bucket if key else None,
+            stored_payload=redact_payload(payload, redact_keys),
+        )
+
+    @property
+    def saves_result(self) -> bool:
+        """Whether the ``_rollout`` block named a place for the result."""
+        return self.key is not None
+
+    @property
+    def response(self) -> dict[str, str]:
+        """The immediate answer to ``/invocations`` (the same for every repeat of this session)."""
+        if self.key is None:
+            return processing_response()
+        return processing_response(self.s3_bucket, str(self.key))
+
+    def claim(self) -> bool:
+        """Take the right to end this rollout; ``False`` if someone already took it."""
+        with self._lock:
+            if self._claimed:
+                return False
+            self._claimed = True
+            return True
+
+    def timings(self, finished_at: float) -> Timings:
+        """The milestones of this rollout, ending at ``finished_at``."""
+        return Timings(
+            submitted_at=self.spec.submitted_at,
+            dispatched_at=self.spec.dispatched_at,
+            started_at=self.started_at,
+            finished_at=finished_at,
+        )
+
+    def handler_result(self, output: Any, error: Exception | None, finished_at: float) -> bytes:
+        """Encode the result of a handler that returned ``output`` or raised ``error``."""
+        timings = self.timings(finished_at)
+        if error is not None:
+            return self._terminal(Status.AGENT_ERROR, timings, error=ErrorInfo.from_exception(error))
+        if not isinstance(output, Mapping):
+            message = (
+                f"the rollout handler returned {type(output).__name__}; it must return a dict "
+                "such as {'rewards': 1.0, ...}"
+            )
+            return self._terminal(Status.AGENT_ERROR, timings, error=ErrorInfo(type="TypeError", message=message))
+        try:
+            result = RolloutResult.from_handler_output(
+                output, key=self.key, s3_bucket=self.s3_bucket, payload=self.stored_payload, timings=timings
+            )
+            return result.to_json_bytes()
+        except (ValidationError, PydanticSerializationError) as exc:
+            message = f"the rollout handler's dict cannot be stored as a result: {exc}"
+            return self._terminal(
+                Status.AGENT_ERROR, timings, error=ErrorInfo(type=type(exc).__name__, message=message)
+            )
+
+    def cancelled_result(self, now: float | None = None) -> bytes:
+        """Encode the result of a rollout the process stopped before its handler finished."""
+        return self._terminal(Status.CANCELLED, self.timings(now or time.time()), stop_reason=SHUTDOWN_REASON)
+
+    def _terminal(
+        self, status: Status, timings: Timings, *, error: ErrorInfo | None = None, stop_reason: str | None = None
+    ) -> bytes:
+        result = RolloutResult.terminal(
+            status,
+            key=self.key,
+            s3_bucket=self.s3_bucket,
+            error=error,
+            stop_reason=stop_reason,
+            payload=self.stored_payload,
+            timings=timings,
+        )
+        return result.to_json_bytes()
+
+
+class RolloutRegistry:
+    """The rollouts this process has accepted, by session id (one per session, ever)."""
+
+    def __init__(self) -> None:
+        """Start empty."""
+        self._by_session: dict[str, Rollout] = {}
+        self._lock = threading.Lock()
+
+    def get_or_add(self, session_id: str, make: Callable[[], Rollout]) -> tuple[Rollout, bool]:
+        """Return the session's rollout, making it with ``make`` if it is new; the flag says which."""
+        with self._lock:
+            existing = self._by_session.get(session_id)
+            if existing is not None:
+                return existing, False
+            rollout = self._by_session[session_id] = make()
+            return rollout, True
+
+    def unfinished(self) -> list[Rollout]:
+        """The rollouts whose result is not settled yet."""
+        with self._lock:
+            return [rollout for rollout in self._by_session.values() if not rollout.done.is_set()]

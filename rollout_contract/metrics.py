@@ -1,0 +1,25 @@
+"""CloudWatch metrics the Lambda functions emit (embedded metric format), for dashboards and alarms.
+
+Every metric carries the dimension :data:`EXP_DIMENSION`; :data:`COMPLETED` also carries
+:data:`STATUS_DIMENSION` (a ``results.Status`` value) and :data:`DISPATCH_ERRORS` also carries
+:data:`ERROR_CODE_DIMENSION` (an ACR error code).
+"""
+
+from __future__ import annotations
+
+NAMESPACE = "AgentcoreRollouts"
+EXP_DIMENSION = "exp_id"
+STATUS_DIMENSION = "status"
+ERROR_CODE_DIMENSION = "error_code"
+
+INVOKED = "RolloutsInvoked"  # Count: InvokeAgentRuntime calls that started a rollout
+REQUEUED = "DispatchRequeued"  # Count: dispatch messages sent back to wait (budget or retryable error)
+DISPATCH_ERRORS = "DispatchErrors"  # Count per error_code: failed InvokeAgentRuntime calls
+COMPLETED = "RolloutsCompleted"  # Count per status: rollouts that ended
+DURATION = "RolloutDuration"  # Seconds: handler start to result
+QUEUE_DELAY = "QueueDelay"  # Seconds: submitted to dispatched (waiting for budget)
+START_DELAY = "StartDelay"  # Seconds: dispatched to handler start (cold start, scheduling)
+REWARD = "Reward"  # None: the scalar reward of a finished rollout, where numeric
+IN_FLIGHT = "RolloutsInFlight"  # Count (gauge, by the sweeper): rollouts holding a session slot
+SLOT_DRIFT = "SessionSlotDrift"  # Count: correction the sweeper applied to the slot count
+STOP_FAILURES = "StopFailures"  # Count: StopRuntimeSession calls that failed for good

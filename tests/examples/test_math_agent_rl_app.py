@@ -1,0 +1,91 @@
+"""The RL form of the math agent, end to end: payload -> Strands agent -> calculator -> reward -> S3."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import boto3
+import pytest
+from math_agent_fake_model import FakeModel
+from moto import mock_aws
+from starlette.testclient import TestClient
+
+from agent_app import AgentCoreRLApp
+from examples.math_agent import rl_app
+from examples.math_agent.dataset import synthetic
+from rollout_contract.protocol import SESSION_HEADER
+from rollout_contract.results import REDACTED, RolloutResult, Status
+
+BUCKET = "math-results"
+SESSION = "5a0c1d9e-0000-4000-8000-000000000001"
+
+
+@pytest.fixture
+def s3(monkeypatch):
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "t",
+        "AWS_SECRET_ACCESS_KEY": "t",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    with mock_aws():
+        client = boto3.client("s3")
+        client.create_bucket(Bucket=BUCKET)
+        yield client
+
+
+@pytest.mark.parametrize(("answer_offset", "reward"), [(0, 1.0), (1, 0.0)])
+def test_rollout_uses_the_calculator_and_stores_the_reward(s3, answer_offset, reward):
+    # GIVEN a synthetic problem (the ground truth possibly wrong), a scripted model and the RL app
+    row = synthetic(1, seed=3)[0]
+    truth = str(int(row["answer"]) + answer_offset)
+    payload = {
+        "prompt": row["prompt"],
+        "answer": truth,
+        "_rollout": {
+            "exp_id": "math-1",
+            "input_id": "p-0",
+            "s3_bucket": BUCKET,
+            "model_id": "policy",
+            "sampling_params": {"temperature": 0.7},
+            "api_key": "sk-test",
+        },
+    }
+    with FakeModel() as model:
+        payload["_rollout"]["base_url"] = model.base_url
+        client = TestClient(_app_writing_to(s3))
+
+        # WHEN the rollout is invoked and runs to its end
+        response = client.post("/invocations", content=json.dumps(payload), headers={SESSION_HEADER: SESSION})
+        _wait_until_healthy(client)
+
+    # THEN the model was asked as configured, the calculator's value became the answer, and the reward is stored
+    assert response.json()["result_key"] == f"math-1/p-0/{SESSION}.json"
+    first_call = model.requests[0]
+    assert first_call["body"]["model"] == "policy"
+    assert first_call["body"]["temperature"] == 0.7
+    assert first_call["authorization"] == "Bearer sk-test"
+    assert "calculator" in json.dumps(first_call["body"]["tools"])
+    stored = RolloutResult.from_json_bytes(
+        s3.get_object(Bucket=BUCKET, Key=f"math-1/p-0/{SESSION}.json")["Body"].read()
+    )
+    assert stored.status is Status.SUCCEEDED
+    assert stored.reward == reward
+    assert stored.user_fields["response"].endswith(f"#### {row['answer']}")
+    assert stored.payload["_rollout"]["api_key"] == REDACTED
+
+
+def _app_writing_to(s3_client):
+    """A fresh app with the example's handler, writing through ``s3_client`` (the constructor seam)."""
+    app = AgentCoreRLApp(s3_client=s3_client)
+    app.rollout_entrypoint(rl_app.invoke)
+    return app
+
+
+def _wait_until_healthy(client: TestClient, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while client.get("/ping").json()["status"] != "Healthy":
+        assert time.monotonic() < deadline, "rollout did not finish"
+        time.sleep(0.02)
