@@ -1,1 +1,60 @@
-"""placeholder."""
+"""The trainer-side SDK: submit rollouts, receive their results as events, train.
+
+- :class:`RolloutClient`: ``invoke`` / ``invoke_async`` -> :class:`RolloutFuture`, ``run_batch`` /
+  ``run_batch_async`` -> :class:`BatchItem`, ``run_groups`` / ``run_groups_async`` -> :class:`RolloutGroup`,
+  ``attach`` / ``attach_journal`` to collect an earlier process's rollouts, ``for_experiment(name)``.
+- :class:`ClientResult`: the stored result plus token traces (:class:`TokenTrace`) and ``raise_for_status()``.
+- Errors: :class:`RolloutError` and its families (see ``trainer_client._exceptions``).
+- Settings: :class:`PollSettings`, :class:`TraceSettings`.
+- The ``rollouts`` CLI: ``trainer_client._cli:main``.
+"""
+
+from trainer_client._aws import AwsClients
+from trainer_client._batch import BatchItem
+from trainer_client._client import RolloutClient
+from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S, PollSettings, TraceSettings
+from trainer_client._exceptions import (
+    AgentError,
+    ClientClosedError,
+    ClientError,
+    DispatchError,
+    DispatchFailedError,
+    ExperimentNotFoundError,
+    RolloutCancelledError,
+    RolloutError,
+    RolloutTimeoutError,
+    SubmitError,
+)
+from trainer_client._future import RolloutFuture
+from trainer_client._grpo import FailurePolicy, RolloutGroup, group_advantages
+from trainer_client._journal import read_journal
+from trainer_client._results import ClientResult, TokenTrace
+from trainer_client._status import ExperimentStatus, QueueDepth
+
+__all__ = [
+    "DEFAULT_ROLLOUT_TIMEOUT_S",
+    "AgentError",
+    "AwsClients",
+    "BatchItem",
+    "ClientClosedError",
+    "ClientError",
+    "ClientResult",
+    "DispatchError",
+    "DispatchFailedError",
+    "ExperimentNotFoundError",
+    "ExperimentStatus",
+    "FailurePolicy",
+    "PollSettings",
+    "QueueDepth",
+    "RolloutCancelledError",
+    "RolloutClient",
+    "RolloutError",
+    "RolloutFuture",
+    "RolloutGroup",
+    "RolloutTimeoutError",
+    "SubmitError",
+    "TokenTrace",
+    "TraceSettings",
+    "group_advantages",
+    "read_journal",
+]
