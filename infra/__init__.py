@@ -1,1 +1,11 @@
-"""placeholder."""
+"""The CDK app: ``npx cdk deploy -c experiment=NAME ... --all``.
+
+- ``app``: the entry point; the only module that reads CDK context and the environment.
+- ``settings``: :class:`~infra.settings.ExperimentSettings` and the ``-c`` flag parser.
+- ``shared_stack``: ECR repository, results bucket, budget table (deployed once per account and region).
+- ``experiment_stack``: one experiment's runtime, queues, rule, table, Lambdas, dashboard, trainer policy.
+- constructs, one per concern: ``results_bucket``, ``queues``, ``runtime``, ``functions``, ``monitoring``.
+- ``nag``: cdk-nag 3.x registration and justified acknowledgements.
+
+Nothing is imported here, so ``import infra.settings`` stays free of the CDK.
+"""

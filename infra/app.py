@@ -1,0 +1,58 @@
+"""The CDK app: ``npx cdk deploy -c experiment=NAME -c image_tag=TAG --all``.
+
+The only place that reads CDK context and the environment. It validates the flags (a missing or bad
+one stops synth with a message naming it), then builds the shared stack and the experiment's stack.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from aws_cdk import App, Environment
+
+from infra.experiment_stack import ExperimentStack
+from infra.nag import add_nag_checks
+from infra.settings import CONTEXT_FLAGS, ContextError, ExperimentSettings, experiment_settings
+from infra.shared_stack import SharedStack
+from rollout_contract.resources import SHARED_STACK_NAME, ExperimentResources
+
+
+def build_shared(app: App, *, env: Environment | None = None) -> SharedStack:
+    """Add the shared stack (ECR repository, results bucket, budget table)."""
+    return SharedStack(app, SHARED_STACK_NAME, env=env, description="agentcore-rollouts: shared resources")
+
+
+def build_experiment(
+    app: App, settings: ExperimentSettings, *, shared: SharedStack, env: Environment | None = None
+) -> ExperimentStack:
+    """Add the stack of experiment ``settings.exp_id``, deployed after the shared stack."""
+    names = ExperimentResources.for_experiment(settings.exp_id)
+    stack = ExperimentStack(
+        app,
+        names.stack_name,
+        settings=settings,
+        env=env,
+        description=f"agentcore-rollouts: experiment {settings.exp_id}",
+    )
+    stack.add_stack_dependency(shared, reason="uses the shared results bucket, agent repository and budget table")
+    return stack
+
+
+def main() -> None:
+    """Entry point of ``cdk.json``'s ``app`` command."""
+    app = App()
+    try:
+        settings = experiment_settings({flag: app.node.try_get_context(flag) for flag in CONTEXT_FLAGS})
+    except ContextError as exc:
+        sys.exit(f"infra/app.py: {exc}")
+    account, region = os.environ.get("CDK_DEFAULT_ACCOUNT"), os.environ.get("CDK_DEFAULT_REGION")
+    env = Environment(account=account, region=region) if account and region else None
+    add_nag_checks(app)
+    shared = build_shared(app, env=env)
+    build_experiment(app, settings, shared=shared, env=env)
+    app.synth()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""The experiment's CloudWatch dashboard and alarms."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from aws_cdk import Duration
+from aws_cdk import aws_bedrockagentcore as agentcore
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from rollout_contract import metrics as names
+from rollout_contract.protocol import SERVICE_QUOTA_EXCEEDED, THROTTLING
+from rollout_contract.results import Status
+
+PERIOD = Duration.minutes(1)
+WIDTH = 8
+#: Minutes of back-to-back throttled 1-minute periods that count as sustained throttling.
+THROTTLE_MINUTES = 10
+STUCK_PERIOD = Duration.hours(1)
+
+
+class Monitoring(Construct):
+    """Dashboard (throughput, backlog, runtime, Lambdas, DLQs, rewards, durations) and alarms.
+
+    Alarms: any DLQ not empty, any Lambda error, sustained invoke throttling, and stuck rollouts (some in
+    flight, none ended for longer than ``max_lifetime_s``, after which ACR has killed every session).
+    They have no actions; subscribe a topic to them (``alarms`` lists them) where needed.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        exp_id: str,
+        dashboard_name: str,
+        runtime: agentcore.Runtime,
+        dispatch_queue: sqs.IQueue,
+        dead_letter_queues: Mapping[str, sqs.IQueue],
+        functions: Mapping[str, lambda_.IFunction],
+        max_lifetime_s: int,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self._exp_id = exp_id
+        submitted = dispatch_queue.metric_number_of_messages_sent(label="submitted", period=PERIOD, statistic="Sum")
+        completed = [
+            self.metric(names.COMPLETED, label=status.value, extra={names.STATUS_DIMENSION: status.value})
+            for status in Status
+        ]
+        dispatch_lag = dispatch_queue.metric_approximate_age_of_oldest_message(label="oldest dispatch request (s)")
+        dlq_depths = {
+            name: queue.metric_approximate_number_of_messages_visible(label=name, period=PERIOD, statistic="Maximum")
+            for name, queue in dead_letter_queues.items()
+        }
+        self.alarms: list[cw.Alarm] = []
+        for name, depth in dlq_depths.items():
+            self.alarms.append(
+                depth.create_alarm(
+                    self,
+                    f"DeadLetters-{name}",
+                    alarm_description=f"{exp_id}: messages in the {name} dead-letter queue",
+                    threshold=1,
+                    evaluation_periods=1,
+                    comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                    treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                )
+            )
+        for name, function in functions.items():
+            self.alarms.append(
+                function.metric_errors(period=PERIOD, statistic="Sum").create_alarm(
+                    self,
+                    f"Errors-{name}",
+                    alarm_description=f"{exp_id}: the {name} Lambda failed (see its log group)",
+                    threshold=1,
+                    evaluation_periods=1,
+                    comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                    treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                )
+            )
+        throttled = self.metric(
+            names.DISPATCH_ERRORS, label="throttled invokes", extra={names.ERROR_CODE_DIMENSION: THROTTLING.code}
+        )
+        out_of_sessions = self.metric(
+            names.DISPATCH_ERRORS,
+            label="session quota exceeded",
+            extra={names.ERROR_CODE_DIMENSION: SERVICE_QUOTA_EXCEEDED.code},
+        )
+        self.alarms.append(
+            throttled.create_alarm(
+                self,
+                "SustainedThrottling",
+                alarm_description=f"{exp_id}: InvokeAgentRuntime throttled or out of sessions for "
+                f"{THROTTLE_MINUTES} minutes; lower tps_limit or session_budget, or raise the quotas",
+                threshold=1,
+                evaluation_periods=THROTTLE_MINUTES,
+                comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            )
+        )
+        self.alarms.append(
+            self._stuck_rollouts(max_lifetime_s).create_alarm(
+                self,
+                "StuckRollouts",
+                alarm_description=f"{exp_id}: rollouts in flight but none ended (not even as timed_out) for longer "
+                "than a session can live; check the sweeper and the finisher",
+                threshold=1,
+                evaluation_periods=math.ceil(max_lifetime_s / STUCK_PERIOD.to_seconds()) + 1,
+                comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            )
+        )
+        self.dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=dashboard_name)
+        self.dashboard.add_widgets(
+            self._graph(
+                "Submitted, dispatched, completed",
+                [submitted, self.metric(names.INVOKED, label="dispatched"), *completed],
+            ),
+            self._graph(
+                "In flight",
+                [
+                    self.metric(names.IN_FLIGHT, label="in flight (sessions table)", statistic="Maximum"),
+                    runtime.metric_session_count(label="runtime sessions", period=PERIOD),
+                ],
+            ),
+            self._graph(
+                "Dispatch lag (s)",
+                [dispatch_lag, self.metric(names.QUEUE_DELAY, label="submitted -> dispatched p90", statistic="p90")],
+                right=[self.metric(names.REQUEUED, label="re-queued")],
+            ),
+        )
+        self.dashboard.add_widgets(
+            self._graph(
+                "Invoke throttles and failures",
+                [
+                    throttled,
+                    out_of_sessions,
+                    runtime.metric_throttles(label="runtime throttles", period=PERIOD),
+                ],
+            ),
+            self._graph(
+                "Runtime",
+                [
+                    runtime.metric_invocations(label="invocations", period=PERIOD),
+                    runtime.metric_system_errors(label="system errors", period=PERIOD),
+                    runtime.metric_user_errors(label="user errors", period=PERIOD),
+                ],
+                right=[runtime.metric_latency(label="latency", period=PERIOD)],
+            ),
+            self._graph("Dead-letter queue depth", list(dlq_depths.values())),
+        )
+        self.dashboard.add_widgets(
+            self._graph(
+                "Lambda errors",
+                [fn.metric_errors(label=name, period=PERIOD, statistic="Sum") for name, fn in functions.items()],
+            ),
+            self._graph(
+                "Lambda duration p90",
+                [fn.metric_duration(label=name, period=PERIOD, statistic="p90") for name, fn in functions.items()],
+            ),
+            self._graph("Reward mean", [self.metric(names.REWARD, label="reward", statistic="Average")]),
+        )
+        self.dashboard.add_widgets(
+            self._graph(
+                "Rollout duration (s)",
+                [self.metric(names.DURATION, label=p, statistic=p) for p in ("p50", "p90", "p99")],
+            ),
+            cw.AlarmStatusWidget(title="Alarms", alarms=self.alarms, width=2 * WIDTH),
+        )
+
+    def metric(
+        self, name: str, *, label: str | None = None, statistic: str = "Sum", extra: Mapping[str, str] | None = None
+    ) -> cw.Metric:
+        """A metric the Lambdas emit for this experiment, per minute."""
+        return cw.Metric(
+            namespace=names.NAMESPACE,
+            metric_name=name,
+            dimensions_map={names.EXP_DIMENSION: self._exp_id, **(extra or {})},
+            label=label or name,
+            statistic=statistic,
+            period=PERIOD,
+        )
+
+    def _stuck_rollouts(self, max_lifetime_s: int) -> cw.MathExpression:
+        """1 in each hour with rollouts in flight and none ended, else 0."""
+        ended = {
+            f"e{i}": self.metric(names.COMPLETED, extra={names.STATUS_DIMENSION: status.value}).with_(
+                period=STUCK_PERIOD
+            )
+            for i, status in enumerate(Status)
+        }
+        in_flight = self.metric(names.IN_FLIGHT, statistic="Minimum").with_(period=STUCK_PERIOD)
+        total = " + ".join(f"FILL({name}, 0)" for name in ended)
+        return cw.MathExpression(
+            expression=f"IF(inflight > 0 AND ({total}) == 0, 1, 0)",
+            using_metrics={"inflight": in_flight, **ended},
+            label="stuck (in flight, none ended)",
+            period=STUCK_PERIOD,
+        )
+
+    @staticmethod
+    def _graph(title: str, left: list[cw.IMetric], *, right: list[cw.IMetric] | None = None) -> cw.GraphWidget:
+        return cw.GraphWidget(title=title, left=left, right=right or [], width=WIDTH, height=6)

@@ -1,0 +1,236 @@
+"""Typed deploy settings and their parsing from CDK context values (``-c name=value``).
+
+:func:`experiment_settings` turns the raw context strings into :class:`ExperimentSettings`, raising
+:class:`ContextError` with a message that names the ``-c`` flag to fix. Nothing here reads the
+environment or the CDK app; ``infra/app.py`` does that once and passes the values in.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from rollout_contract.ids import InvalidIdError, validate_exp_id
+from rollout_contract.protocol import (
+    DEFAULT_ACTIVE_SESSION_QUOTA,
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_INVOKE_TPS,
+    DEFAULT_MAX_LIFETIME_S,
+)
+
+#: The image tag used when neither ``-c image_tag`` nor ``-c agent_dir`` is given (mutable: demos only).
+DEFAULT_IMAGE_TAG = "latest"
+#: Tags left mutable in the otherwise immutable agent repository.
+MUTABLE_IMAGE_TAGS = (DEFAULT_IMAGE_TAG,)
+#: ACR's bounds for both lifecycle settings, in seconds.
+LIFECYCLE_MIN_S = 60
+LIFECYCLE_MAX_S = 28_800
+#: Lambda's bounds for an SQS event source's maximum concurrency.
+MAX_CONCURRENCY_MIN = 2
+MAX_CONCURRENCY_MAX = 1000
+#: The id formats CloudFormation accepts for ACR's network configuration.
+_AWS_ID_PATTERNS = {
+    "vpc_id": re.compile(r"^vpc-[0-9a-zA-Z]{8,17}$"),
+    "subnet_ids": re.compile(r"^subnet-[0-9a-zA-Z]{8,17}$"),
+    "security_group_ids": re.compile(r"^sg-[0-9a-zA-Z]{8,17}$"),
+}
+_ENV_EXAMPLE = """'{"LOG_LEVEL": "INFO"}'"""
+_EXAMPLES = {
+    "vpc_id": "vpc-0abc1234def567890",
+    "subnet_ids": "subnet-0abc1234def567890",
+    "security_group_ids": "sg-0abc1234def567890",
+}
+#: Every context flag the app reads.
+CONTEXT_FLAGS = (
+    "experiment",
+    "image_tag",
+    "agent_dir",
+    "idle_timeout_s",
+    "max_lifetime_s",
+    "agent_env",
+    "vpc_id",
+    "subnet_ids",
+    "security_group_ids",
+    "gateway_url",
+    "tps_limit",
+    "session_budget",
+    "dispatcher_max_concurrency",
+    "dispatcher_reserved_concurrency",
+    "powertools_layer_version",
+)
+
+
+class ContextError(ValueError):
+    """A CDK context value (``-c name=value``) is missing or invalid."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageTag:
+    """Run the agent image ``<shared ECR repository>:<tag>`` (pushed before the deploy)."""
+
+    tag: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageDirectory:
+    """Build the agent image from a directory holding a Dockerfile, at deploy time (needs Docker then)."""
+
+    path: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class VpcPlacement:
+    """Run the agent sessions in existing subnets of an existing VPC, with existing security groups."""
+
+    vpc_id: str
+    subnet_ids: tuple[str, ...]
+    security_group_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExperimentSettings:
+    """Everything that differs between two experiment stacks."""
+
+    exp_id: str
+    image: ImageTag | ImageDirectory
+    idle_timeout_s: int = DEFAULT_IDLE_TIMEOUT_S
+    max_lifetime_s: int = DEFAULT_MAX_LIFETIME_S
+    agent_environment: Mapping[str, str] = field(default_factory=dict)
+    vpc: VpcPlacement | None = None
+    gateway_url: str | None = None
+    tps_limit: float = DEFAULT_INVOKE_TPS
+    session_budget: int = int(DEFAULT_ACTIVE_SESSION_QUOTA * 0.9)
+    dispatcher_max_concurrency: int = 5
+    dispatcher_reserved_concurrency: int | None = None
+    powertools_layer_version: str = "latest"
+
+
+def experiment_settings(context: Mapping[str, str | None]) -> ExperimentSettings:
+    """Build :class:`ExperimentSettings` from context values (absent flags map to ``None`` or are left out).
+
+    Raises:
+        ContextError: a flag is missing or malformed; the message names the flag and an example.
+    """
+    exp_id = _text(context, "experiment")
+    if exp_id is None:
+        raise ContextError(
+            "missing -c experiment=NAME: name the experiment to deploy, e.g. "
+            "`npx cdk deploy -c experiment=gsm8k-grpo-1 -c image_tag=v1 --all`"
+        )
+    try:
+        validate_exp_id(exp_id)
+    except InvalidIdError as exc:
+        raise ContextError(f"-c experiment: {exc}") from exc
+    idle = _integer(context, "idle_timeout_s", DEFAULT_IDLE_TIMEOUT_S, LIFECYCLE_MIN_S, LIFECYCLE_MAX_S)
+    lifetime = _integer(context, "max_lifetime_s", DEFAULT_MAX_LIFETIME_S, LIFECYCLE_MIN_S, LIFECYCLE_MAX_S)
+    if idle > lifetime:
+        raise ContextError(f"-c idle_timeout_s={idle} exceeds -c max_lifetime_s={lifetime}; lower the idle timeout")
+    reserved = _text(context, "dispatcher_reserved_concurrency")
+    return ExperimentSettings(
+        exp_id=exp_id,
+        image=_image(context),
+        idle_timeout_s=idle,
+        max_lifetime_s=lifetime,
+        agent_environment=_environment(context),
+        vpc=_vpc(context),
+        gateway_url=_text(context, "gateway_url"),
+        tps_limit=_number(context, "tps_limit", float(DEFAULT_INVOKE_TPS)),
+        session_budget=_integer(context, "session_budget", int(DEFAULT_ACTIVE_SESSION_QUOTA * 0.9), 1, 100_000),
+        dispatcher_max_concurrency=_integer(
+            context, "dispatcher_max_concurrency", 5, MAX_CONCURRENCY_MIN, MAX_CONCURRENCY_MAX
+        ),
+        dispatcher_reserved_concurrency=(
+            None if reserved is None else _integer(context, "dispatcher_reserved_concurrency", 0, 1, 10_000)
+        ),
+        powertools_layer_version=_text(context, "powertools_layer_version") or "latest",
+    )
+
+
+def _text(context: Mapping[str, str | None], name: str) -> str | None:
+    value = context.get(name)
+    if value is None:
+        return None
+    value = str(value).strip()
+    return value or None
+
+
+def _integer(context: Mapping[str, str | None], name: str, default: int, low: int, high: int) -> int:
+    raw = _text(context, name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ContextError(f"-c {name}={raw!r} is not an integer; give a whole number from {low} to {high}") from None
+    if not low <= value <= high:
+        raise ContextError(f"-c {name}={value} is out of range; give a whole number from {low} to {high}")
+    return value
+
+
+def _number(context: Mapping[str, str | None], name: str, default: float) -> float:
+    raw = _text(context, name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ContextError(f"-c {name}={raw!r} is not a number; give a positive number, e.g. 25") from None
+    if value <= 0:
+        raise ContextError(f"-c {name}={value} must be positive, e.g. 25")
+    return value
+
+
+def _image(context: Mapping[str, str | None]) -> ImageTag | ImageDirectory:
+    tag, directory = _text(context, "image_tag"), _text(context, "agent_dir")
+    if tag and directory:
+        raise ContextError(
+            "-c image_tag and -c agent_dir are both set; give one (a pushed tag, or a directory to build)"
+        )
+    if directory:
+        return ImageDirectory(path=directory)
+    return ImageTag(tag=tag or DEFAULT_IMAGE_TAG)
+
+
+def _environment(context: Mapping[str, str | None]) -> dict[str, str]:
+    raw = _text(context, "agent_env")
+    if raw is None:
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ContextError(f"-c agent_env is not JSON ({exc}); give an object, e.g. {_ENV_EXAMPLE}") from exc
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ContextError(f"-c agent_env must be a JSON object of strings, e.g. {_ENV_EXAMPLE}")
+    return value
+
+
+def _vpc(context: Mapping[str, str | None]) -> VpcPlacement | None:
+    names = ("vpc_id", "subnet_ids", "security_group_ids")
+    values = {name: _text(context, name) for name in names}
+    given = [name for name, value in values.items() if value]
+    if not given:
+        return None
+    missing = [f"-c {name}=..." for name in names if name not in given]
+    if missing:
+        raise ContextError(
+            f"VPC mode needs all of -c vpc_id, -c subnet_ids and -c security_group_ids; missing {', '.join(missing)} "
+            "(lists are comma-separated: -c subnet_ids=subnet-a,subnet-b)"
+        )
+    ids = {name: _split(values[name]) for name in names}
+    for name, parts in ids.items():
+        bad = [part for part in parts if not _AWS_ID_PATTERNS[name].match(part)]
+        if bad or not parts:
+            raise ContextError(
+                f"-c {name} has malformed ids {bad or parts}; expected ids like {_EXAMPLES[name]} (comma-separated)"
+            )
+    if len(ids["vpc_id"]) != 1:
+        raise ContextError(f"-c vpc_id takes one VPC id, got {len(ids['vpc_id'])}")
+    return VpcPlacement(
+        vpc_id=ids["vpc_id"][0], subnet_ids=ids["subnet_ids"], security_group_ids=ids["security_group_ids"]
+    )
+
+
+def _split(raw: str | None) -> tuple[str, ...]:
+    return tuple(part.strip() for part in (raw or "").split(",") if part.strip())

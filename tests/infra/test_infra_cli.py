@@ -1,0 +1,59 @@
+"""The CDK CLI runs the app offline: ``npx cdk synth -c experiment=demo`` as ops would type it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rollout_contract.resources import SHARED_STACK_NAME, ExperimentResources
+
+pytestmark = pytest.mark.cdk
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+CLI_TIMEOUT_S = 180
+
+
+def _cdk(*args: str, outdir: Path) -> subprocess.CompletedProcess[str]:
+    if not (PROJECT_ROOT / "node_modules" / ".bin" / "cdk").exists():
+        pytest.fail("the CDK CLI is not installed: run `npm ci` (or `make install`) in the project root")
+    if shutil.which("npx") is None:
+        pytest.fail("npx is not on PATH: install Node 20 or later")
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    env.update(
+        JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="20",
+        CDK_DISABLE_VERSION_CHECK="true",
+        CDK_DISABLE_CLI_TELEMETRY="true",
+    )
+    return subprocess.run(
+        ["npx", "--no-install", "cdk", *args, "--output", str(outdir), "--no-notices", "--no-version-reporting"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+        check=False,
+    )
+
+
+def test_cdk_synth_of_the_demo_experiment_succeeds_offline(tmp_path: Path) -> None:
+    # GIVEN the project's cdk.json and no AWS account
+    # WHEN ops run `npx cdk synth -c experiment=demo`
+    result = _cdk("synth", "-c", "experiment=demo", "--quiet", outdir=tmp_path)
+    # THEN it succeeds and writes the shared and the demo stack templates
+    assert result.returncode == 0, result.stderr[-3000:]
+    stack_name = ExperimentResources.for_experiment("demo").stack_name
+    assert (tmp_path / f"{SHARED_STACK_NAME}.template.json").is_file()
+    assert (tmp_path / f"{stack_name}.template.json").is_file()
+
+
+def test_cdk_synth_without_an_experiment_names_the_missing_flag(tmp_path: Path) -> None:
+    # GIVEN no -c experiment
+    # WHEN synth runs
+    result = _cdk("synth", "--quiet", outdir=tmp_path)
+    # THEN it fails and says which flag to add
+    assert result.returncode != 0
+    assert "missing -c experiment=NAME" in result.stderr

@@ -1,0 +1,131 @@
+"""Parsing and validation of the CDK context flags (no synth: pure functions)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from infra.settings import (
+    DEFAULT_IMAGE_TAG,
+    ContextError,
+    ImageDirectory,
+    ImageTag,
+    VpcPlacement,
+    experiment_settings,
+)
+from rollout_contract.ids import EXP_ID_MAX_LENGTH
+from rollout_contract.keys import experiment_prefix, payload_ref_key, payload_ref_prefix
+from rollout_contract.protocol import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_LIFETIME_S
+from rollout_contract.resources import ExperimentResources
+
+
+def test_missing_experiment_flag_names_the_flag() -> None:
+    # GIVEN a context without -c experiment
+    context = {"image_tag": "v1"}
+    # WHEN the settings are built THEN the error names the flag to add
+    with pytest.raises(ContextError, match=r"missing -c experiment=NAME"):
+        experiment_settings(context)
+
+
+def test_invalid_experiment_name_says_which_flag_and_rule() -> None:
+    # GIVEN an experiment name that cannot name AWS resources
+    # WHEN / THEN the error names the flag and the id rule
+    with pytest.raises(ContextError, match=r"-c experiment: exp_id 'Bad_Name' is invalid"):
+        experiment_settings({"experiment": "Bad_Name"})
+
+
+def test_defaults_give_a_public_runtime_on_the_default_tag() -> None:
+    # GIVEN only the experiment name
+    # WHEN the settings are built
+    settings = experiment_settings({"experiment": "demo"})
+    # THEN the image is the default tag, the network public, the lifecycle ACR's defaults
+    assert settings.image == ImageTag(tag=DEFAULT_IMAGE_TAG)
+    assert settings.vpc is None
+    assert (settings.idle_timeout_s, settings.max_lifetime_s) == (DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_LIFETIME_S)
+    assert settings.dispatcher_reserved_concurrency is None
+
+
+def test_agent_dir_builds_the_image_from_a_directory() -> None:
+    # GIVEN -c agent_dir
+    settings = experiment_settings({"experiment": "demo", "agent_dir": "examples/math_agent"})
+    # THEN the image is built from that directory
+    assert settings.image == ImageDirectory(path="examples/math_agent")
+
+
+def test_image_tag_and_agent_dir_together_are_rejected() -> None:
+    # GIVEN both image flags WHEN / THEN the error asks for one of them
+    with pytest.raises(ContextError, match=r"-c image_tag and -c agent_dir are both set"):
+        experiment_settings({"experiment": "demo", "image_tag": "v1", "agent_dir": "agent"})
+
+
+def test_vpc_mode_needs_all_three_flags() -> None:
+    # GIVEN a VPC id without subnets or security groups
+    # WHEN / THEN the error lists the missing flags
+    with pytest.raises(ContextError, match=r"missing -c subnet_ids=\.\.\., -c security_group_ids=\.\.\."):
+        experiment_settings({"experiment": "demo", "vpc_id": "vpc-0abc1234def567890"})
+
+
+def test_vpc_mode_parses_comma_separated_ids() -> None:
+    # GIVEN the three VPC flags
+    context = {
+        "experiment": "demo",
+        "vpc_id": "vpc-0abc1234def567890",
+        "subnet_ids": "subnet-0abc1234def567890, subnet-1abc1234def567890",
+        "security_group_ids": "sg-0abc1234def567890",
+    }
+    # WHEN the settings are built THEN the placement holds every id
+    assert experiment_settings(context).vpc == VpcPlacement(
+        vpc_id="vpc-0abc1234def567890",
+        subnet_ids=("subnet-0abc1234def567890", "subnet-1abc1234def567890"),
+        security_group_ids=("sg-0abc1234def567890",),
+    )
+
+
+def test_malformed_subnet_id_is_rejected_with_an_example() -> None:
+    # GIVEN a subnet id CloudFormation would refuse
+    context = {"experiment": "demo", "vpc_id": "vpc-0abc1234def567890", "subnet_ids": "subnet-a"}
+    context["security_group_ids"] = "sg-0abc1234def567890"
+    # WHEN / THEN the error names the flag, the bad id and the expected shape
+    with pytest.raises(ContextError, match=r"-c subnet_ids has malformed ids \['subnet-a'\].*subnet-0abc"):
+        experiment_settings(context)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("idle_timeout_s", "30", r"-c idle_timeout_s=30 is out of range"),
+        ("max_lifetime_s", "eight hours", r"-c max_lifetime_s='eight hours' is not an integer"),
+        ("dispatcher_max_concurrency", "1", r"-c dispatcher_max_concurrency=1 is out of range"),
+        ("tps_limit", "-1", r"-c tps_limit=-1.0 must be positive"),
+        ("agent_env", "[1]", r"-c agent_env must be a JSON object of strings"),
+        ("agent_env", "{", r"-c agent_env is not JSON"),
+    ],
+)
+def test_bad_values_name_their_flag(flag: str, value: str, message: str) -> None:
+    # GIVEN one malformed flag WHEN / THEN the error names it
+    with pytest.raises(ContextError, match=message):
+        experiment_settings({"experiment": "demo", flag: value})
+
+
+def test_idle_timeout_longer_than_lifetime_is_rejected() -> None:
+    # GIVEN an idle timeout beyond the max lifetime WHEN / THEN the error names both flags
+    with pytest.raises(ContextError, match=r"-c idle_timeout_s=3600 exceeds -c max_lifetime_s=600"):
+        experiment_settings({"experiment": "demo", "idle_timeout_s": "3600", "max_lifetime_s": "600"})
+
+
+def test_runtime_name_fits_acr_rules_for_the_longest_experiment_id() -> None:
+    # GIVEN the longest valid experiment id, with hyphens
+    exp_id = "a-" * (EXP_ID_MAX_LENGTH // 2 - 1) + "ab"
+    # WHEN its runtime name is derived
+    name = ExperimentResources.for_experiment(exp_id).runtime_name
+    # THEN it matches ACR's runtime name rule: a letter, then letters, digits or underscores, 48 at most
+    assert re.fullmatch(r"[a-zA-Z][a-zA-Z0-9_]{0,47}", name)
+
+
+def test_payload_refs_live_under_their_own_prefix_outside_the_result_prefix() -> None:
+    # GIVEN an experiment WHEN a payload key and the prefixes are derived
+    key = payload_ref_key("demo", "0" * 36)
+    # THEN the key sits under payload_ref_prefix, which never starts with the result prefix
+    assert key.startswith(payload_ref_prefix("demo"))
+    assert not payload_ref_prefix("demo").startswith(experiment_prefix("demo"))

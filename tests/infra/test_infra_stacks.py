@@ -1,0 +1,534 @@
+"""Template specs of the CDK app: the shared stack and two experiments, synthesized once with cdk-nag."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk import App, Stack
+from aws_cdk import aws_sqs as sqs
+from aws_cdk.assertions import Match, Template
+
+from infra.app import build_experiment, build_shared
+from infra.experiment_stack import ExperimentStack
+from infra.nag import add_nag_checks
+from infra.settings import experiment_settings
+from rollout_contract.keys import experiment_prefix, payload_ref_prefix
+from rollout_contract.resources import (
+    AGENT_REPOSITORY_NAME,
+    BUDGET_TABLE,
+    SHARED_STACK_NAME,
+    ExperimentDescriptor,
+    ExperimentResources,
+    HandlerSettings,
+    QueueSpec,
+    result_event_pattern,
+)
+
+pytestmark = pytest.mark.cdk
+
+EXPERIMENTS = ("alpha", "beta")
+
+
+@dataclass(frozen=True)
+class Synthesized:
+    """The synthesized app: each stack's template, the stack objects, and the validation report."""
+
+    shared: Template
+    experiments: dict[str, Template]
+    stacks: dict[str, ExperimentStack]
+    report: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    outdir = tmp_path_factory.mktemp("cdk.out")
+    app = App(outdir=str(outdir))
+    add_nag_checks(app)
+    shared = build_shared(app)
+    stacks = {
+        exp_id: build_experiment(app, experiment_settings({"experiment": exp_id, "image_tag": "v1"}), shared=shared)
+        for exp_id in EXPERIMENTS
+    }
+    assembly = app.synth()
+    return Synthesized(
+        shared=Template.from_json(assembly.get_stack_by_name(SHARED_STACK_NAME).template),
+        experiments={
+            exp_id: Template.from_json(assembly.get_stack_by_name(stack.stack_name).template)
+            for exp_id, stack in stacks.items()
+        },
+        stacks=stacks,
+        report=json.loads((Path(outdir) / "validation-report.json").read_text()),
+    )
+
+
+def _resources(template: Template, kind: str) -> dict[str, dict[str, Any]]:
+    return template.find_resources(kind)
+
+
+def _one(template: Template, kind: str, **properties: Any) -> dict[str, Any]:
+    found = template.find_resources(kind, {"Properties": Match.object_like(properties)})
+    assert len(found) == 1, f"expected one {kind} with {properties}, found {len(found)}"
+    return next(iter(found.values()))
+
+
+def _logical_id(template: Template, kind: str, **properties: Any) -> str:
+    found = template.find_resources(kind, {"Properties": Match.object_like(properties)})
+    assert len(found) == 1
+    return next(iter(found))
+
+
+def _render(node: Any) -> Any:
+    """Evaluate the intrinsics a template uses for names and ARNs into readable placeholder strings."""
+    if isinstance(node, list):
+        return [_render(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if set(node) == {"Ref"}:
+        return f"<{node['Ref']}>"
+    if set(node) == {"Fn::GetAtt"}:
+        return "<{}.{}>".format(*node["Fn::GetAtt"])
+    if set(node) == {"Fn::Join"}:
+        separator, parts = node["Fn::Join"]
+        return separator.join(str(_render(part)) for part in parts)
+    return {key: _render(value) for key, value in node.items()}
+
+
+def _statements(template: Template, logical_prefix: str) -> list[dict[str, Any]]:
+    policies = {
+        logical_id: resource
+        for logical_id, resource in {
+            **_resources(template, "AWS::IAM::Policy"),
+            **_resources(template, "AWS::IAM::ManagedPolicy"),
+        }.items()
+        if logical_id.startswith(logical_prefix)
+    }
+    assert policies, f"no policy whose logical id starts with {logical_prefix}"
+    return [
+        _render(statement)
+        for policy in policies.values()
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def _grants(statements: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    pairs = set()
+    for statement in statements:
+        assert statement["Effect"] == "Allow"
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        pairs |= {(action, resource) for action in actions for resource in resources}
+    return pairs
+
+
+def test_every_stack_passes_cdk_nag_aws_solutions(synth: Synthesized) -> None:
+    # GIVEN the app synthesized with the AwsSolutions pack (synth raises on an unacknowledged finding)
+    # WHEN the validation report is read
+    reports = synth.report["pluginReports"]
+    # THEN no plugin reports a violation that was not acknowledged
+    assert [r["pluginName"] for r in reports if r["conclusion"] != "success"] == []
+
+
+def test_nag_checks_fail_synth_on_an_unacknowledged_finding(tmp_path: Path) -> None:
+    # GIVEN an app with the checks and a queue that breaks AwsSolutions-SQS3/SQS4 (no DLQ, no TLS policy)
+    app = App(outdir=str(tmp_path))
+    add_nag_checks(app)
+    sqs.Queue(Stack(app, "Bad"), "Queue")
+    # WHEN it is synthesized THEN synth fails, naming the rule
+    with pytest.raises(RuntimeError, match="AwsSolutions-SQS4"):
+        app.synth()
+
+
+def test_results_bucket_is_encrypted_private_tls_only_and_retained(synth: Synthesized) -> None:
+    # GIVEN the shared stack WHEN its results bucket is read
+    buckets = synth.shared.find_resources(
+        "AWS::S3::Bucket",
+        {"Properties": {"BucketName": Match.any_value(), "VersioningConfiguration": Match.any_value()}},
+    )
+    ((bucket_id, bucket),) = buckets.items()
+    properties = bucket["Properties"]
+    # THEN SSE, public access block, versioning, retention and the access-log target are set
+    assert properties["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"] == {
+        "SSEAlgorithm": "AES256"
+    }
+    assert properties["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True,
+        "BlockPublicPolicy": True,
+        "IgnorePublicAcls": True,
+        "RestrictPublicBuckets": True,
+    }
+    assert properties["VersioningConfiguration"] == {"Status": "Enabled"}
+    logs_id = _logical_id(
+        synth.shared, "AWS::S3::Bucket", LifecycleConfiguration=Match.any_value(), BucketName=Match.absent()
+    )
+    assert properties["LoggingConfiguration"]["DestinationBucketName"] == {"Ref": logs_id}
+    assert bucket["DeletionPolicy"] == "Retain"
+    # AND its bucket policy denies every request that is not TLS
+    policy = _one(synth.shared, "AWS::S3::BucketPolicy", Bucket={"Ref": bucket_id})
+    denials = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
+    assert [(s["Action"], s["Principal"], s["Condition"]) for s in denials] == [
+        ("s3:*", {"AWS": "*"}, {"Bool": {"aws:SecureTransport": "false"}})
+    ]
+
+
+def test_results_bucket_sends_events_to_eventbridge_natively(synth: Synthesized) -> None:
+    # GIVEN the shared stack
+    # WHEN its resources are listed
+    # THEN the bucket has EventBridge notifications on and no custom-resource Lambda configures them
+    synth.shared.has_resource_properties(
+        "AWS::S3::Bucket", {"NotificationConfiguration": {"EventBridgeConfiguration": {"EventBridgeEnabled": True}}}
+    )
+    assert synth.shared.find_resources("Custom::S3BucketNotifications") == {}
+    assert synth.shared.find_resources("AWS::Lambda::Function") == {}
+
+
+def test_agent_repository_scans_on_push_and_keeps_tags_immutable(synth: Synthesized) -> None:
+    # GIVEN the shared stack WHEN the ECR repository is read
+    repository = _one(synth.shared, "AWS::ECR::Repository", RepositoryName=AGENT_REPOSITORY_NAME)
+    # THEN it scans images, keeps tags immutable (but the demo default), has a lifecycle policy, is retained
+    properties = repository["Properties"]
+    assert properties["ImageScanningConfiguration"] == {"ScanOnPush": True}
+    assert properties["ImageTagMutability"] == "IMMUTABLE_WITH_EXCLUSION"
+    assert properties["ImageTagMutabilityExclusionFilters"] == [
+        {"ImageTagMutabilityExclusionFilterType": "WILDCARD", "ImageTagMutabilityExclusionFilterValue": "latest"}
+    ]
+    assert "LifecyclePolicyText" in properties["LifecyclePolicy"]
+    assert repository["DeletionPolicy"] == "Retain"
+
+
+def test_budget_table_matches_the_contract_and_is_retained(synth: Synthesized) -> None:
+    # GIVEN the shared stack WHEN the budget table is read
+    table = _one(synth.shared, "AWS::DynamoDB::Table", TableName=BUDGET_TABLE.name)
+    properties = table["Properties"]
+    # THEN its key, billing, TTL and PITR follow BUDGET_TABLE and it survives stack deletion
+    assert properties["KeySchema"] == [{"AttributeName": BUDGET_TABLE.partition_key, "KeyType": "HASH"}]
+    assert properties["BillingMode"] == "PAY_PER_REQUEST"
+    assert properties["TimeToLiveSpecification"] == {"AttributeName": BUDGET_TABLE.ttl_attribute, "Enabled": True}
+    assert properties["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert table["DeletionPolicy"] == "Retain"
+
+
+@pytest.mark.parametrize("queue_field", ["dispatch_queue", "completion_queue", "finisher_queue"])
+def test_queues_match_their_contract_spec_with_encryption_and_dlq(synth: Synthesized, queue_field: str) -> None:
+    # GIVEN an experiment's QueueSpec
+    template = synth.experiments["alpha"]
+    spec: QueueSpec = getattr(ExperimentResources.for_experiment("alpha"), queue_field)
+    # WHEN the queue and its DLQ are read
+    dlq_id = _logical_id(template, "AWS::SQS::Queue", QueueName=spec.dlq_name)
+    queue = _one(template, "AWS::SQS::Queue", QueueName=spec.name)["Properties"]
+    # THEN visibility, retention and redrive follow the spec, and both queues are encrypted
+    assert queue["VisibilityTimeout"] == spec.visibility_timeout_s
+    assert queue["MessageRetentionPeriod"] == spec.retention_s
+    assert queue["RedrivePolicy"] == {
+        "deadLetterTargetArn": {"Fn::GetAtt": [dlq_id, "Arn"]},
+        "maxReceiveCount": spec.max_receive_count,
+    }
+    assert queue["SqsManagedSseEnabled"] is True
+    assert _one(template, "AWS::SQS::Queue", QueueName=spec.dlq_name)["Properties"]["SqsManagedSseEnabled"] is True
+
+
+def test_every_queue_denies_requests_without_tls(synth: Synthesized) -> None:
+    # GIVEN an experiment's six queues (three queues, three DLQs)
+    template = synth.experiments["alpha"]
+    queue_ids = set(_resources(template, "AWS::SQS::Queue"))
+    # WHEN the queue policies are read
+    protected = set()
+    for policy in _resources(template, "AWS::SQS::QueuePolicy").values():
+        statements = policy["Properties"]["PolicyDocument"]["Statement"]
+        if any(
+            s["Effect"] == "Deny" and s.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}}
+            for s in statements
+        ):
+            protected |= {ref["Ref"] for ref in policy["Properties"]["Queues"]}
+    # THEN every queue is covered by a TLS-only statement
+    assert len(queue_ids) == 6
+    assert protected == queue_ids
+
+
+def test_sessions_table_matches_the_contract_spec(synth: Synthesized) -> None:
+    # GIVEN the experiment's TableSpec
+    spec = ExperimentResources.for_experiment("alpha").sessions_table
+    # WHEN the table is read
+    properties = _one(synth.experiments["alpha"], "AWS::DynamoDB::Table", TableName=spec.name)["Properties"]
+    # THEN key, TTL, billing, PITR and the in-flight index follow the spec
+    assert properties["KeySchema"] == [{"AttributeName": spec.partition_key, "KeyType": "HASH"}]
+    assert properties["TimeToLiveSpecification"] == {"AttributeName": spec.ttl_attribute, "Enabled": True}
+    assert properties["BillingMode"] == "PAY_PER_REQUEST"
+    assert properties["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert properties["GlobalSecondaryIndexes"] == [
+        {
+            "IndexName": index.name,
+            "KeySchema": [
+                {"AttributeName": index.partition_key, "KeyType": "HASH"},
+                {"AttributeName": index.sort_key, "KeyType": "RANGE"},
+            ],
+            "Projection": {"ProjectionType": "ALL"},
+        }
+        for index in spec.indexes
+    ]
+    types = {a["AttributeName"]: a["AttributeType"] for a in properties["AttributeDefinitions"]}
+    assert types == {
+        spec.partition_key: "S",
+        **{i.partition_key: "S" for i in spec.indexes},
+        **{i.sort_key: "N" for i in spec.indexes},
+    }
+
+
+def test_result_rule_pattern_is_the_contracts_and_targets_both_queues(synth: Synthesized) -> None:
+    # GIVEN the alpha stack and the contract's pattern for its bucket
+    stack = synth.stacks["alpha"]
+    template = synth.experiments["alpha"]
+    names = stack.names
+    expected = stack.resolve(result_event_pattern(stack.results_bucket.bucket_name, "alpha"))
+    # WHEN the rule is read
+    rule = _one(template, "AWS::Events::Rule", Name=names.result_rule_name)["Properties"]
+    # THEN its pattern is exactly the contract's, and it feeds the completion and finisher queues
+    assert rule["EventPattern"] == expected
+    targets = {target["Arn"]["Fn::GetAtt"][0]: target for target in rule["Targets"]}
+    completion_id = _logical_id(template, "AWS::SQS::Queue", QueueName=names.completion_queue.name)
+    finisher_id = _logical_id(template, "AWS::SQS::Queue", QueueName=names.finisher_queue.name)
+    assert set(targets) == {completion_id, finisher_id}
+    for queue_id, spec in ((completion_id, names.completion_queue), (finisher_id, names.finisher_queue)):
+        dlq_id = _logical_id(template, "AWS::SQS::Queue", QueueName=spec.dlq_name)
+        assert targets[queue_id]["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": [dlq_id, "Arn"]}}
+        assert targets[queue_id]["RetryPolicy"] == {"MaximumEventAgeInSeconds": 86400, "MaximumRetryAttempts": 185}
+
+
+def test_eventbridge_may_send_only_for_the_result_rule(synth: Synthesized) -> None:
+    # GIVEN the alpha stack's rule and completion queue
+    template = synth.experiments["alpha"]
+    names = ExperimentResources.for_experiment("alpha")
+    rule_id = _logical_id(template, "AWS::Events::Rule", Name=names.result_rule_name)
+    queue_id = _logical_id(template, "AWS::SQS::Queue", QueueName=names.completion_queue.name)
+    # WHEN the queue's policy is read
+    policy = _one(template, "AWS::SQS::QueuePolicy", Queues=[{"Ref": queue_id}])
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    # THEN events.amazonaws.com may send, conditioned on the rule's ARN
+    allow = [s for s in statements if s["Effect"] == "Allow"]
+    assert allow == [
+        {
+            "Action": ["sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"],
+            "Condition": {"ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": [rule_id, "Arn"]}}},
+            "Effect": "Allow",
+            "Principal": {"Service": "events.amazonaws.com"},
+            "Resource": {"Fn::GetAtt": [queue_id, "Arn"]},
+        }
+    ]
+
+
+def test_dispatcher_and_finisher_consume_their_queues_with_partial_batch_failures(synth: Synthesized) -> None:
+    # GIVEN the alpha stack
+    template = synth.experiments["alpha"]
+    names = ExperimentResources.for_experiment("alpha")
+    mappings = {
+        m["Properties"]["EventSourceArn"]["Fn::GetAtt"][0]: m["Properties"]
+        for m in _resources(template, "AWS::Lambda::EventSourceMapping").values()
+    }
+    dispatch = mappings[_logical_id(template, "AWS::SQS::Queue", QueueName=names.dispatch_queue.name)]
+    finisher = mappings[_logical_id(template, "AWS::SQS::Queue", QueueName=names.finisher_queue.name)]
+    # THEN both take batches of 10 with partial batch responses, and the dispatcher's concurrency is capped
+    for mapping in (dispatch, finisher):
+        assert mapping["BatchSize"] == 10
+        assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert dispatch["ScalingConfig"] == {"MaximumConcurrency": 5}
+    assert len(mappings) == 2
+
+
+def test_functions_run_the_contract_handlers_on_arm64_with_the_powertools_layer(synth: Synthesized) -> None:
+    # GIVEN the alpha stack's functions
+    functions = [f["Properties"] for f in _resources(synth.experiments["alpha"], "AWS::Lambda::Function").values()]
+    # THEN the three handlers run on Python 3.14 ARM64, with HandlerSettings' variables and the public layer
+    assert sorted(f["Handler"] for f in functions) == [
+        "lambdas.dispatcher.handler",
+        "lambdas.finisher.handler",
+        "lambdas.sweeper.handler",
+    ]
+    variables = set(HandlerSettings.model_fields)
+    for function in functions:
+        assert function["Runtime"] == "python3.14"
+        assert function["Architectures"] == ["arm64"]
+        assert {name.removeprefix("ROLLOUTS_").lower() for name in function["Environment"]["Variables"]} == variables
+        assert len(function["Layers"]) == 1
+        assert function["Layers"][0]["Ref"].startswith("SsmParameterValueawsservicepowertoolspythonarm64python314")
+
+
+def test_log_groups_have_a_retention(synth: Synthesized) -> None:
+    # GIVEN every log group of an experiment WHEN read THEN each has a retention period
+    groups = _resources(synth.experiments["alpha"], "AWS::Logs::LogGroup").values()
+    assert len(groups) == 3
+    assert all(group["Properties"]["RetentionInDays"] == 30 for group in groups)
+
+
+def test_sweeper_runs_every_minute(synth: Synthesized) -> None:
+    # GIVEN the alpha stack WHEN its scheduled rule is read THEN it fires every minute
+    rule = _one(synth.experiments["alpha"], "AWS::Events::Rule", ScheduleExpression="rate(1 minute)")
+    assert len(rule["Properties"]["Targets"]) == 1
+
+
+def test_runtime_role_may_write_results_only_under_the_experiment_prefix(synth: Synthesized) -> None:
+    # GIVEN the runtime's execution role
+    statements = _statements(synth.experiments["alpha"], "AgentRuntimeExecutionRoleDefaultPolicy")
+    # WHEN its S3 grants are collected
+    s3_grants = {pair for pair in _grants(statements) if pair[0].startswith("s3:")}
+    # THEN it is exactly PutObject on <bucket>/alpha/*
+    assert s3_grants == {("s3:PutObject", f"arn:<AWS::Partition>:s3:::{_bucket()}/{experiment_prefix('alpha')}*")}
+
+
+def _bucket() -> str:
+    return "agentcore-rollouts-results-<AWS::AccountId>-<AWS::Region>"
+
+
+def test_lambda_roles_hold_exactly_their_grants(synth: Synthesized) -> None:
+    # GIVEN the alpha stack's resource ids
+    template = synth.experiments["alpha"]
+    names = ExperimentResources.for_experiment("alpha")
+    runtime = "<AgentRuntime23CE8C05.AgentRuntimeArn>"
+    table = f"<{_logical_id(template, 'AWS::DynamoDB::Table', TableName=names.sessions_table.name)}.Arn>"
+    budget = f"arn:<AWS::Partition>:dynamodb:<AWS::Region>:<AWS::AccountId>:table/{BUDGET_TABLE.name}"
+    results = f"arn:<AWS::Partition>:s3:::{_bucket()}/{experiment_prefix('alpha')}*"
+    payloads = f"arn:<AWS::Partition>:s3:::{_bucket()}/{payload_ref_prefix('alpha')}*"
+    dispatch_queue = f"<{_logical_id(template, 'AWS::SQS::Queue', QueueName=names.dispatch_queue.name)}.Arn>"
+    finisher_queue = f"<{_logical_id(template, 'AWS::SQS::Queue', QueueName=names.finisher_queue.name)}.Arn>"
+    stop = {("bedrock-agentcore:StopRuntimeSession", r) for r in (runtime, f"{runtime}/*")}
+    # WHEN each role's grants are collected (logs, tables and queue consumption aside, checked by resource)
+    grants = {name: _grants(_statements(template, f"{name}Role")) for name in ("Dispatcher", "Finisher", "Sweeper")}
+
+    # THEN the runtime, S3 and queue grants are exactly what each function needs
+    def scoped(pairs: set[tuple[str, str]]) -> set[tuple[str, str]]:
+        return {(a, r) for a, r in pairs if a.startswith(("bedrock-agentcore:", "s3:", "sqs:"))}
+
+    assert scoped(grants["Dispatcher"]) == stop | {
+        ("bedrock-agentcore:InvokeAgentRuntime", runtime),
+        ("bedrock-agentcore:InvokeAgentRuntime", f"{runtime}/*"),
+        ("s3:PutObject", results),
+        ("s3:GetObject", results),
+        ("s3:GetObject", payloads),
+        ("s3:ListBucket", f"arn:<AWS::Partition>:s3:::{_bucket()}"),
+        *{(a, dispatch_queue) for a in _CONSUME},
+    }
+    assert scoped(grants["Finisher"]) == stop | {("s3:GetObject", results), *{(a, finisher_queue) for a in _CONSUME}}
+    assert scoped(grants["Sweeper"]) == stop | {("s3:PutObject", results), ("s3:GetObject", results)}
+    # AND every function reads and writes both tables, and nothing else in DynamoDB
+    for pairs in grants.values():
+        tables = {r for a, r in pairs if a.startswith("dynamodb:")}
+        assert tables == {table, f"{table}/index/*", budget}
+        assert {a for a, _ in pairs if a.startswith("dynamodb:")} >= {"dynamodb:PutItem", "dynamodb:UpdateItem"}
+
+
+_CONSUME = (
+    "sqs:ReceiveMessage",
+    "sqs:ChangeMessageVisibility",
+    "sqs:GetQueueUrl",
+    "sqs:DeleteMessage",
+    "sqs:GetQueueAttributes",
+)
+
+
+def test_trainer_policy_grants_exactly_what_a_trainer_needs(synth: Synthesized) -> None:
+    # GIVEN the alpha stack's trainer policy
+    template = synth.experiments["alpha"]
+    names = ExperimentResources.for_experiment("alpha")
+    policy = _one(template, "AWS::IAM::ManagedPolicy", ManagedPolicyName=names.trainer_policy_name)
+    statements = [_render(s) for s in policy["Properties"]["PolicyDocument"]["Statement"]]
+    dispatch_queue = f"<{_logical_id(template, 'AWS::SQS::Queue', QueueName=names.dispatch_queue.name)}.Arn>"
+    completion_queue = f"<{_logical_id(template, 'AWS::SQS::Queue', QueueName=names.completion_queue.name)}.Arn>"
+    table = f"<{_logical_id(template, 'AWS::DynamoDB::Table', TableName=names.sessions_table.name)}.Arn>"
+    descriptor = _logical_id(template, "AWS::SSM::Parameter", Name=names.descriptor_parameter)
+    index = f"{table}/index/{names.sessions_table.indexes[0].name}"
+    dlqs = [
+        f"<{_logical_id(template, 'AWS::SQS::Queue', QueueName=spec.dlq_name)}.Arn>"
+        for spec in (names.dispatch_queue, names.completion_queue)
+    ]
+    # WHEN its grants are collected THEN they are exactly the trainer's needs
+    assert _grants(statements) == {
+        ("sqs:SendMessage", dispatch_queue),
+        ("sqs:GetQueueAttributes", dispatch_queue),
+        ("sqs:GetQueueUrl", dispatch_queue),
+        *{(a, completion_queue) for a in _CONSUME},
+        ("s3:GetObject", f"arn:<AWS::Partition>:s3:::{_bucket()}/{experiment_prefix('alpha')}*"),
+        ("s3:PutObject", f"arn:<AWS::Partition>:s3:::{_bucket()}/{payload_ref_prefix('alpha')}*"),
+        (
+            "ssm:GetParameter",
+            f"arn:<AWS::Partition>:ssm:<AWS::Region>:<AWS::AccountId>:parameter<{descriptor}>",
+        ),
+        *{(a, dlq) for a in ("sqs:GetQueueAttributes", "sqs:GetQueueUrl") for dlq in dlqs},
+        ("s3:ListBucket", f"arn:<AWS::Partition>:s3:::{_bucket()}"),
+        *{(a, t) for a in ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query") for t in (table, index)},
+    }
+    # AND listing is limited to the experiment's prefix
+    listing = next(s for s in statements if s["Action"] == "s3:ListBucket")
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": [f"{experiment_prefix('alpha')}*"]}}
+
+
+def test_descriptor_parameter_holds_a_valid_experiment_descriptor(synth: Synthesized) -> None:
+    # GIVEN the alpha stack's descriptor parameter
+    names = ExperimentResources.for_experiment("alpha")
+    parameter = _one(synth.experiments["alpha"], "AWS::SSM::Parameter", Name=names.descriptor_parameter)
+    # WHEN its value is rendered (intrinsics as placeholders) and parsed
+    descriptor = ExperimentDescriptor.model_validate_json(_render(parameter["Properties"]["Value"]))
+    # THEN it describes alpha's own resources and the shared ones
+    assert descriptor.exp_id == "alpha"
+    assert descriptor.region == "<AWS::Region>"
+    assert descriptor.results_bucket == _bucket()
+    assert descriptor.budget_table == BUDGET_TABLE.name
+    assert descriptor.runtime_arn == "<AgentRuntime23CE8C05.AgentRuntimeArn>"
+    queue_id = _logical_id(synth.experiments["alpha"], "AWS::SQS::Queue", QueueName=names.dispatch_queue.name)
+    assert descriptor.dispatch_queue_url == f"<{queue_id}>"
+    assert descriptor.endpoints == {}
+
+
+def test_alarms_cover_dead_letters_errors_throttling_and_stuck_rollouts(synth: Synthesized) -> None:
+    # GIVEN the alpha stack WHEN its alarms are listed
+    alarms = [a["Properties"] for a in _resources(synth.experiments["alpha"], "AWS::CloudWatch::Alarm").values()]
+    watched = sorted(",".join(sorted(_metric_names(alarm))) for alarm in alarms)
+    # THEN there is one per DLQ, one per function, one for throttling and one for stuck rollouts
+    assert watched == sorted(
+        ["ApproximateNumberOfMessagesVisible"] * 3
+        + ["Errors"] * 3
+        + ["DispatchErrors", "RolloutsCompleted,RolloutsInFlight"]
+    )
+    throttling = next(a for a in alarms if _metric_names(a) == {"DispatchErrors"})
+    dimensions = throttling["Metrics"][0]["MetricStat"]["Metric"]["Dimensions"]
+    assert {"Name": "error_code", "Value": "ThrottlingException"} in dimensions
+    assert throttling["EvaluationPeriods"] == 10
+    assert synth.experiments["alpha"].find_resources("AWS::CloudWatch::Dashboard")
+
+
+def _metric_names(alarm: dict[str, Any]) -> set[str]:
+    if "MetricName" in alarm:
+        return {alarm["MetricName"]}
+    return {m["MetricStat"]["Metric"]["MetricName"] for m in alarm["Metrics"] if "MetricStat" in m}
+
+
+def test_two_experiments_deploy_side_by_side_without_collisions(synth: Synthesized) -> None:
+    # GIVEN two experiment stacks in one app
+    named = {
+        "AWS::SQS::Queue": "QueueName",
+        "AWS::DynamoDB::Table": "TableName",
+        "AWS::Events::Rule": "Name",
+        "AWS::SSM::Parameter": "Name",
+        "AWS::IAM::ManagedPolicy": "ManagedPolicyName",
+        "AWS::BedrockAgentCore::Runtime": "AgentRuntimeName",
+        "AWS::CloudWatch::Dashboard": "DashboardName",
+    }
+    # WHEN the physical names of both are collected
+    seen: dict[str, list[str]] = {}
+    for exp_id, template in synth.experiments.items():
+        for kind, field in named.items():
+            for resource in _resources(template, kind).values():
+                if field in resource["Properties"]:
+                    seen.setdefault(str(resource["Properties"][field]), []).append(exp_id)
+    # THEN no name is used twice, and each stack holds no data of its own worth keeping
+    assert {name: owners for name, owners in seen.items() if len(owners) > 1} == {}
+    for template in synth.experiments.values():
+        assert template.find_resources("AWS::S3::Bucket") == {}
+        assert all(r.get("DeletionPolicy") != "Retain" for r in template.to_json()["Resources"].values())
+
+
+def test_no_experiment_grant_reaches_another_experiments_prefix(synth: Synthesized) -> None:
+    # GIVEN alpha's template WHEN searched for beta's names THEN none appear
+    text = json.dumps(synth.experiments["alpha"].to_json())
+    assert "beta" not in text
