@@ -1,7 +1,10 @@
-"""The CDK app: ``npx cdk deploy -c experiment=NAME -c image_tag=TAG --all``.
+"""The CDK app: ``npx cdk deploy`` (the shared stack, once) and ``npx cdk deploy -c experiment=NAME``.
 
-The only place that reads CDK context and the environment. It validates the flags (a missing or bad
-one stops synth with a message naming it), then builds the shared stack and the experiment's stack.
+The only place that reads CDK context and the environment. Without ``-c experiment`` the app holds the
+shared stack alone; with it, the experiment's stack alone, so each command deploys exactly one stack and
+an experiment deploy never touches the shared resources or another experiment. The experiment stack finds
+the shared resources by their contract names. Flags are validated first (a missing or bad one stops synth
+with a message naming it).
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ def build_shared(app: App, *, env: Environment | None = None) -> SharedStack:
 
 
 def build_experiment(
-    app: App, settings: ExperimentSettings, *, shared: SharedStack, env: Environment | None = None
+    app: App, settings: ExperimentSettings, *, shared: SharedStack | None = None, env: Environment | None = None
 ) -> ExperimentStack:
-    """Add the stack of experiment ``settings.exp_id``, deployed after the shared stack."""
+    """Add the stack of experiment ``settings.exp_id`` (ordered after ``shared`` when both are in one app)."""
     names = ExperimentResources.for_experiment(settings.exp_id)
     stack = ExperimentStack(
         app,
@@ -35,22 +38,25 @@ def build_experiment(
         env=env,
         description=f"agentcore-rollouts: experiment {settings.exp_id}",
     )
-    stack.add_stack_dependency(shared, reason="uses the shared results bucket, agent repository and budget table")
+    if shared is not None:
+        stack.add_stack_dependency(shared, reason="uses the shared results bucket, agent repository and budget table")
     return stack
 
 
 def main() -> None:
     """Entry point of ``cdk.json``'s ``app`` command."""
     app = App()
-    try:
-        settings = experiment_settings({flag: app.node.try_get_context(flag) for flag in CONTEXT_FLAGS})
-    except ContextError as exc:
-        sys.exit(f"infra/app.py: {exc}")
     account, region = os.environ.get("CDK_DEFAULT_ACCOUNT"), os.environ.get("CDK_DEFAULT_REGION")
     env = Environment(account=account, region=region) if account and region else None
     add_nag_checks(app)
-    shared = build_shared(app, env=env)
-    build_experiment(app, settings, shared=shared, env=env)
+    if app.node.try_get_context("experiment") is None:
+        build_shared(app, env=env)
+    else:
+        try:
+            settings = experiment_settings({flag: app.node.try_get_context(flag) for flag in CONTEXT_FLAGS})
+        except ContextError as exc:
+            sys.exit(f"infra/app.py: {exc}")
+        build_experiment(app, settings, env=env)
     app.synth()
 
 

@@ -117,7 +117,7 @@ def experiment_settings(context: Mapping[str, str | None]) -> ExperimentSettings
     if exp_id is None:
         raise ContextError(
             "missing -c experiment=NAME: name the experiment to deploy, e.g. "
-            "`npx cdk deploy -c experiment=gsm8k-grpo-1 -c image_tag=v1 --all`"
+            "`npx cdk deploy -c experiment=gsm8k-grpo-1 -c image_tag=v1`"
         )
     try:
         validate_exp_id(exp_id)

@@ -43,17 +43,28 @@ def test_cdk_synth_of_the_demo_experiment_succeeds_offline(tmp_path: Path) -> No
     # GIVEN the project's cdk.json and no AWS account
     # WHEN ops run `npx cdk synth -c experiment=demo`
     result = _cdk("synth", "-c", "experiment=demo", "--quiet", outdir=tmp_path)
-    # THEN it succeeds and writes the shared and the demo stack templates
+    # THEN it succeeds and writes the demo stack alone: an experiment deploy touches nothing else
     assert result.returncode == 0, result.stderr[-3000:]
     stack_name = ExperimentResources.for_experiment("demo").stack_name
-    assert (tmp_path / f"{SHARED_STACK_NAME}.template.json").is_file()
     assert (tmp_path / f"{stack_name}.template.json").is_file()
+    assert not (tmp_path / f"{SHARED_STACK_NAME}.template.json").exists()
 
 
-def test_cdk_synth_without_an_experiment_names_the_missing_flag(tmp_path: Path) -> None:
-    # GIVEN no -c experiment
+def test_cdk_synth_without_an_experiment_holds_the_shared_stack_alone(tmp_path: Path) -> None:
+    # GIVEN no -c experiment (the once-per-account deploy of the shared resources)
     # WHEN synth runs
     result = _cdk("synth", "--quiet", outdir=tmp_path)
-    # THEN it fails and says which flag to add
+    # THEN it writes the shared stack and no experiment stack
+    assert result.returncode == 0, result.stderr[-3000:]
+    templates = sorted(path.name for path in tmp_path.glob("*.template.json"))
+    assert templates == [f"{SHARED_STACK_NAME}.template.json"]
+
+
+def test_cdk_synth_with_a_bad_experiment_name_says_what_is_wrong(tmp_path: Path) -> None:
+    # GIVEN an experiment name that cannot name AWS resources
+    # WHEN synth runs
+    result = _cdk("synth", "-c", "experiment=Bad_Name", "--quiet", outdir=tmp_path)
+    # THEN it fails and names the flag and the rule
     assert result.returncode != 0
-    assert "missing -c experiment=NAME" in result.stderr
+    assert "-c experiment" in result.stderr
+    assert "lowercase letters" in result.stderr
