@@ -1,0 +1,167 @@
+"""Benchmark the local ACR emulator: session starts per second and the latency it adds per invoke.
+
+Run: ``.venv/bin/python benchmarks/acr_emulator_bench.py`` (loopback only, about 20-40 s).
+
+- Cold starts: new sessions of a standard-library agent and of a ``BedrockAgentCoreApp`` agent, one after
+  another and (stdlib) four at a time; each start is timed to the end of its first invoke.
+- Warm starts: new sessions served from a filled warm pool.
+- Added latency: the same small JSON invoke sent alternately through the emulator and straight to the
+  agent's port (both raw HTTP over keep-alive connections), plus boto3 through the emulator for scale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import quote
+
+import boto3
+import httpx
+from botocore.config import Config
+
+from local_stack.acr_emulator import EmulatorConfig, RuntimeConfig, start_emulator
+from rollout_contract import new_session_id
+from rollout_contract.protocol import SESSION_HEADER
+
+AGENTS = Path(__file__).resolve().parent.parent / "tests" / "acr_emulator" / "agents"
+ARN_PREFIX = "arn:aws:bedrock-agentcore:us-east-1:123456789012:runtime/bench-"
+WARM_POOL = 4
+
+
+def _runtime(name: str, agent: str, **settings: object) -> RuntimeConfig:
+    return RuntimeConfig(
+        arn=ARN_PREFIX + name, command=(sys.executable, str(AGENTS / agent)), invoke_tps=100_000, **settings
+    )
+
+
+class Bench:
+    """One emulator and the clients that measure it."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.http = httpx.Client(trust_env=False, timeout=60)
+
+    def invoke(self, runtime_arn: str, session_id: str, payload: bytes = b"{}") -> httpx.Response:
+        response = self.http.post(
+            f"{self.url}/runtimes/{quote(runtime_arn, safe='')}/invocations",
+            content=payload,
+            headers={SESSION_HEADER: session_id, "content-type": "application/json"},
+        )
+        response.raise_for_status()
+        return response
+
+    def stop(self, runtime_arn: str, session_id: str) -> None:
+        self.http.post(
+            f"{self.url}/runtimes/{quote(runtime_arn, safe='')}/stopruntimesession",
+            content=b"{}",
+            headers={SESSION_HEADER: session_id},
+        ).raise_for_status()
+
+    def timed_start(self, runtime_arn: str) -> tuple[str, float]:
+        session_id = new_session_id()
+        started = time.perf_counter()
+        self.invoke(runtime_arn, session_id)
+        return session_id, time.perf_counter() - started
+
+    def starts(self, runtime_arn: str, count: int, concurrency: int = 1) -> tuple[float, float]:
+        """Start ``count`` sessions; return (starts per second, median seconds per start)."""
+        started = time.perf_counter()
+        with ThreadPoolExecutor(concurrency) as pool:
+            results = list(pool.map(lambda _: self.timed_start(runtime_arn), range(count)))
+        rate = count / (time.perf_counter() - started)
+        for session_id, _ in results:
+            self.stop(runtime_arn, session_id)
+        return rate, statistics.median(t for _, t in results)
+
+    def admin(self, view: str) -> dict:
+        return self.http.get(f"{self.url}/_admin/{view}").json()
+
+
+def _percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return ordered[len(ordered) // 2] * 1000, ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
+
+
+def _added_latency(bench: Bench, runtime_arn: str, count: int) -> dict[str, tuple[float, float]]:
+    session_id = new_session_id()
+    bench.invoke(runtime_arn, session_id)
+    port = next(s["port"] for s in bench.admin("sessions")["sessions"] if s["session_id"] == session_id)
+    direct_url = f"http://127.0.0.1:{port}/invocations"
+    payload = json.dumps({"prompt": "x" * 200}).encode()
+    via, direct = [], []
+    for _ in range(count):
+        started = time.perf_counter()
+        bench.invoke(runtime_arn, session_id, payload)
+        via.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        bench.http.post(direct_url, content=payload, headers={SESSION_HEADER: session_id}).raise_for_status()
+        direct.append(time.perf_counter() - started)
+    client = boto3.client(
+        "bedrock-agentcore",
+        endpoint_url=bench.url,
+        region_name="us-east-1",
+        aws_access_key_id="bench",
+        aws_secret_access_key="bench",
+        config=Config(retries={"total_max_attempts": 1}),
+    )
+    through_boto3 = []
+    for _ in range(count // 2):
+        started = time.perf_counter()
+        client.invoke_agent_runtime(agentRuntimeArn=runtime_arn, runtimeSessionId=session_id, payload=payload)[
+            "response"
+        ].read()
+        through_boto3.append(time.perf_counter() - started)
+    client.close()
+    bench.stop(runtime_arn, session_id)
+    return {"emulator": _percentiles(via), "direct": _percentiles(direct), "boto3": _percentiles(through_boto3)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print its numbers."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--starts", type=int, default=8, help="sessions per cold-start measurement")
+    parser.add_argument("--invokes", type=int, default=400, help="invokes per latency measurement")
+    args = parser.parse_args(argv)
+
+    stdlib, sdk = _runtime("stdlib", "stdlib_agent.py"), _runtime("sdk", "sdk_agent.py")
+    warm = _runtime("warm", "stdlib_agent.py", warm_pool_size=WARM_POOL)
+    config = EmulatorConfig(runtimes=(stdlib, sdk, warm))
+    began = time.perf_counter()
+    with start_emulator(config) as emulator:
+        bench = Bench(emulator.url)
+        print(f"emulator up at {emulator.url}")
+        rate, median = bench.starts(stdlib.arn, args.starts)
+        print(f"cold starts, stdlib agent, sequential:      {rate:6.1f} /s  (median {median * 1000:.0f} ms each)")
+        rate, median = bench.starts(stdlib.arn, args.starts, concurrency=4)
+        print(f"cold starts, stdlib agent, 4 concurrent:    {rate:6.1f} /s  (median {median * 1000:.0f} ms each)")
+        rate, median = bench.starts(sdk.arn, max(2, args.starts // 2))
+        print(f"cold starts, BedrockAgentCoreApp agent:     {rate:6.1f} /s  (median {median * 1000:.0f} ms each)")
+        deadline = time.monotonic() + 20
+        while bench.admin("stats")["warm_pool"][warm.arn] < WARM_POOL and time.monotonic() < deadline:
+            time.sleep(0.05)
+        rate, median = bench.starts(warm.arn, WARM_POOL)
+        print(
+            f"warm-pool starts ({WARM_POOL} pooled), sequential:  {rate:6.1f} /s  (median {median * 1000:.0f} ms each)"
+        )
+        for runtime in (stdlib, sdk):
+            lat = _added_latency(bench, runtime.arn, args.invokes)
+            (via50, via99), (dir50, dir99), (b50, b99) = lat["emulator"], lat["direct"], lat["boto3"]
+            name = "stdlib" if runtime is stdlib else "BedrockAgentCoreApp"
+            print(f"invoke latency, {name} agent, {args.invokes} calls (ms):")
+            print(f"  direct to agent   p50 {dir50:6.2f}  p99 {dir99:6.2f}")
+            print(f"  via emulator      p50 {via50:6.2f}  p99 {via99:6.2f}")
+            ratio = via50 / dir50
+            print(f"  added             p50 {via50 - dir50:6.2f}  p99 {via99 - dir99:6.2f}  (ratio p50 {ratio:.2f}x)")
+            print(f"  boto3 via emulator p50 {b50:6.2f}  p99 {b99:6.2f}")
+        bench.http.close()
+    print(f"total {time.perf_counter() - began:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

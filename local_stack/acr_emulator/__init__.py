@@ -1,0 +1,88 @@
+"""A local AgentCore Runtime (ACR) emulator that unmodified ``bedrock-agentcore`` boto3 clients talk to.
+
+It serves ``InvokeAgentRuntime`` (``POST /runtimes/{arn}/invocations``) and ``StopRuntimeSession``
+(``POST /runtimes/{arn}/stopruntimesession``) on 127.0.0.1 and runs every session as its own agent
+process (the microVM analogue). Point boto3 at it with ``endpoint_url=emulator.url`` or
+``AWS_ENDPOINT_URL_BEDROCK_AGENTCORE``; SigV4 headers are accepted and ignored.
+
+- ``config``: :class:`EmulatorConfig`, :class:`RuntimeConfig`, :class:`ColdStartDelay`, :func:`load_config`.
+- ``app``: :func:`create_app` (a Starlette app; its lifespan owns the processes).
+- ``server``: :func:`serve` (in this process), :func:`start_emulator` -> :class:`EmulatorProcess` (background).
+- ``sessions``: :class:`SessionManager` (lifecycle, warm pools, quotas, counters).
+- ``errors``: the ACR errors it answers with.
+- CLI: ``python -m local_stack.acr_emulator serve --config FILE [--port N]`` prints ``{"url": ...}`` on stdout
+  once ready; ``... sessions --url URL`` and ``... stats --url URL`` print the admin views.
+
+Config file (JSON; every field but ``runtimes[].arn`` and ``runtimes[].command`` is optional)::
+
+    {
+      "max_active_sessions": 1000,          # account quota; a new session beyond it -> 402
+      "max_payload_bytes": 104857600,       # larger request bodies -> 400
+      "invocation_log_size": 10000,         # accepted-invoke timestamps kept per runtime
+      "ended_sessions_kept": 200,           # ended sessions shown by /_admin/sessions
+      "log_dir": null,                      # per-process log files; null: the emulator's stderr
+      "runtimes": [{
+        "arn": "arn:aws:bedrock-agentcore:us-east-1:123456789012:runtime/my_agent-abc123",
+        "command": ["/path/to/python", "/path/to/agent.py"],
+        "working_dir": null,                # null: a fresh empty directory per session
+        "environment": {"MODEL_URL": "http://127.0.0.1:8000"},
+        "inherit_env": ["AWS_ENDPOINT_URL_S3"],   # copied from the emulator's environment when set
+        "qualifiers": ["DEFAULT"],          # endpoint names accepted in ?qualifier=
+        "idle_timeout_s": 900, "max_lifetime_s": 28800, "startup_limit_s": 60,
+        "invoke_timeout_s": 900, "stop_grace_s": 5, "ping_interval_s": 2,
+        "invoke_tps": 25,                   # token bucket (burst = 1 s worth); invokes and stops spend it
+        "warm_pool_size": 0,                # fresh, never-used processes kept ready
+        "cold_start_delay": {"min_s": 0, "max_s": 0}   # injected before each process start
+      }]
+    }
+
+Agent processes: the command must serve the ACR container contract on ``127.0.0.1:$PORT`` (for a
+``BedrockAgentCoreApp``: ``app.run(port=int(os.environ["PORT"]))``). Each gets its own ``HOME``,
+``TMPDIR`` and working directory (removed when the session ends), its own process group, and an
+environment holding only ``PATH``, ``LANG``/``LC_*``/``TZ``, ``PORT``, ``HOME``, ``TMPDIR``, the runtime's
+``environment`` and its ``inherit_env`` names.
+
+Sessions end on ``StopRuntimeSession`` (SIGTERM, SIGKILL after ``stop_grace_s``), after ``idle_timeout_s``
+without activity (an invoke in flight, a ``HealthyBusy`` ping or a moving ``time_of_last_update``), at
+``max_lifetime_s``, or when the process exits (a crash). As in ACR, an invoke with the id of an ended session
+starts a fresh session. Not ready within ``startup_limit_s`` -> 424 ``RuntimeClientError``; an agent answering
+4xx/5xx -> 424 as well. Stopping an unknown session -> 404.
+
+Admin: ``GET /_admin/sessions``, ``GET /_admin/stats``, ``GET /_admin/invocations`` and
+``POST /_admin/sessions/{session_id}/kill`` (SIGKILL, returns once the session has ended).
+"""
+
+from local_stack.acr_emulator.app import create_app
+from local_stack.acr_emulator.config import ColdStartDelay, ConfigError, EmulatorConfig, RuntimeConfig, load_config
+from local_stack.acr_emulator.errors import (
+    EmulatorError,
+    InvalidRequestError,
+    NotFoundError,
+    RuntimeClientError,
+    SessionQuotaExceededError,
+    ThrottledError,
+)
+from local_stack.acr_emulator.server import EmulatorProcess, EmulatorStartError, serve, start_emulator
+from local_stack.acr_emulator.sessions import EndReason, SessionManager, SessionState
+
+__all__ = [
+    "ColdStartDelay",
+    "ConfigError",
+    "EmulatorConfig",
+    "EmulatorError",
+    "EmulatorProcess",
+    "EmulatorStartError",
+    "EndReason",
+    "InvalidRequestError",
+    "NotFoundError",
+    "RuntimeClientError",
+    "RuntimeConfig",
+    "SessionManager",
+    "SessionQuotaExceededError",
+    "SessionState",
+    "ThrottledError",
+    "create_app",
+    "load_config",
+    "serve",
+    "start_emulator",
+]

@@ -1,0 +1,197 @@
+"""The emulator's HTTP surface: the ``bedrock-agentcore`` data plane plus ``/_admin`` views."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from local_stack.acr_emulator.errors import EmulatorError, InvalidRequestError, NotFoundError, RuntimeClientError
+from local_stack.acr_emulator.sessions import Session, SessionManager
+from rollout_contract.ids import SESSION_ID_MAX_LENGTH, SESSION_ID_MIN_LENGTH
+from rollout_contract.protocol import (
+    CUSTOM_HEADER_PREFIX,
+    DEFAULT_QUALIFIER,
+    REQUEST_ID_HEADER,
+    SESSION_HEADER,
+    TRACE_HEADERS,
+    USER_ID_HEADER,
+)
+
+if TYPE_CHECKING:
+    from local_stack.acr_emulator.config import EmulatorConfig, RuntimeConfig
+
+__all__ = ["create_app"]
+
+logger = logging.getLogger(__name__)
+
+_PASSED_HEADERS = ("content-type", "accept", USER_ID_HEADER.lower(), *(h.lower() for h in TRACE_HEADERS))
+_AGENT_CONNECT_TIMEOUT_S = 5.0
+
+
+def create_app(config: EmulatorConfig) -> Starlette:
+    """Build the emulator as a Starlette app; its lifespan starts and ends every agent process.
+
+    The app's :class:`SessionManager` is ``app.state.manager``.
+    """
+    manager = SessionManager(config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        await manager.start()
+        try:
+            yield
+        finally:
+            await manager.close()
+
+    async def invoke(request: Request) -> Response:
+        try:
+            body = await _read_body(request, config.max_payload_bytes)
+            runtime = _runtime(config, request)
+            session_id = _session_id(request)
+            manager.take_token(runtime)
+            manager.record_invoke(runtime)
+            session = await manager.acquire(runtime, session_id)
+            return await _forward(manager, session, request, body)
+        except EmulatorError as e:
+            return e.to_response()
+
+    async def stop(request: Request) -> Response:
+        try:
+            runtime = _runtime(config, request)
+            session_id = _session_id(request)
+            manager.take_token(runtime)
+            await manager.stop(runtime, session_id)
+        except EmulatorError as e:
+            return e.to_response()
+        return JSONResponse({}, headers={SESSION_HEADER: session_id})
+
+    async def admin_sessions(_: Request) -> Response:
+        return JSONResponse({"sessions": manager.sessions_view()})
+
+    async def admin_stats(_: Request) -> Response:
+        return JSONResponse(manager.stats_view())
+
+    async def admin_invocations(_: Request) -> Response:
+        return JSONResponse({"invocations": manager.invocations_view()})
+
+    async def admin_kill(request: Request) -> Response:
+        session_id = request.path_params["session_id"]
+        if not await manager.kill(session_id):
+            return NotFoundError(f"no active session {session_id}").to_response()
+        return JSONResponse({"killed": session_id})
+
+    app = Starlette(
+        routes=[
+            Route("/runtimes/{arn:path}/invocations", invoke, methods=["POST"]),
+            Route("/runtimes/{arn:path}/stopruntimesession", stop, methods=["POST"]),
+            Route("/_admin/sessions", admin_sessions, methods=["GET"]),
+            Route("/_admin/stats", admin_stats, methods=["GET"]),
+            Route("/_admin/invocations", admin_invocations, methods=["GET"]),
+            Route("/_admin/sessions/{session_id}/kill", admin_kill, methods=["POST"]),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.manager = manager
+    return app
+
+
+def _runtime(config: EmulatorConfig, request: Request) -> RuntimeConfig:
+    arn = request.path_params["arn"]
+    runtime = config.runtime(arn)
+    if runtime is None:
+        hosted = ", ".join(r.arn for r in config.runtimes)
+        raise NotFoundError(f"AgentRuntime {arn} not found; the emulator hosts: {hosted}")
+    qualifier = request.query_params.get("qualifier", DEFAULT_QUALIFIER)
+    if qualifier not in runtime.qualifiers:
+        raise NotFoundError(f"endpoint {qualifier!r} of {arn} not found; it has: {', '.join(runtime.qualifiers)}")
+    return runtime
+
+
+def _session_id(request: Request) -> str:
+    session_id = request.headers.get(SESSION_HEADER)
+    if session_id is None:
+        raise InvalidRequestError(f"the {SESSION_HEADER} header is required")
+    if not SESSION_ID_MIN_LENGTH <= len(session_id) <= SESSION_ID_MAX_LENGTH:
+        raise InvalidRequestError(
+            f"1 validation error detected: Value at 'runtimeSessionId' failed to satisfy constraint: Member must "
+            f"have length between {SESSION_ID_MIN_LENGTH} and {SESSION_ID_MAX_LENGTH} (got {len(session_id)})"
+        )
+    return session_id
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    too_large = InvalidRequestError(f"the payload is larger than the {limit}-byte limit")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _agent_headers(request: Request, session_id: str) -> dict[str, str]:
+    # The body is relayed byte for byte, so the agent must not compress it for us.
+    headers = {SESSION_HEADER: session_id, REQUEST_ID_HEADER: str(uuid.uuid4()), "accept-encoding": "identity"}
+    for name, value in request.headers.items():
+        if name in _PASSED_HEADERS or name.startswith(CUSTOM_HEADER_PREFIX.lower()):
+            headers[name] = value
+    return headers
+
+
+async def _forward(manager: SessionManager, session: Session, request: Request, body: bytes) -> Response:
+    process, runtime = session.process, session.runtime
+    assert process is not None
+    agent_request = manager.client.build_request(
+        "POST",
+        f"{process.url}/invocations",
+        content=body,
+        headers=_agent_headers(request, session.session_id),
+        timeout=httpx.Timeout(runtime.invoke_timeout_s, connect=_AGENT_CONNECT_TIMEOUT_S),
+    )
+    session.in_flight += 1
+    session.touch()
+    try:
+        response = await manager.client.send(agent_request, stream=True)
+    except httpx.HTTPError as e:
+        _done(session)
+        raise RuntimeClientError(f"the agent of session {session.session_id} did not answer: {type(e).__name__}") from e
+    if response.status_code >= 400:
+        await response.aclose()
+        _done(session)
+        manager.counters["agent_errors"] += 1
+        raise RuntimeClientError(
+            f"Received error ({response.status_code}) from runtime; check the agent process output for details."
+        )
+    headers = {SESSION_HEADER: session.session_id}
+    if "content-type" in response.headers:
+        headers["content-type"] = response.headers["content-type"]
+    return StreamingResponse(_relay(response, session), headers=headers)
+
+
+async def _relay(response: httpx.Response, session: Session) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in response.aiter_raw():
+            yield chunk
+    except httpx.HTTPError as e:
+        logger.warning("session %s: agent response broke off: %s", session.session_id, type(e).__name__)
+    finally:
+        await response.aclose()
+        _done(session)
+
+
+def _done(session: Session) -> None:
+    session.in_flight -= 1
+    session.touch()
