@@ -1,0 +1,157 @@
+"""``rollouts local up|down|status``: the local stack as detached processes, recorded in ``state.json``.
+
+``up`` starts the stack (see :mod:`local_stack.stack`) and returns, leaving the processes running;
+``down`` stops them; ``status`` says which are alive and, with ``--env``, prints the ``export`` lines a
+trainer shell needs. Heavy imports happen inside the commands, so mounting them costs nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["STATE_FILE", "add_commands", "read_state"]
+
+STATE_FILE = "state.json"
+_DEFAULT_RUN_DIR = Path(".local-stack")
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``local up|down|status`` to the ``rollouts`` parser's subcommands."""
+    local = subparsers.add_parser("local", help="run the whole pipeline on this machine (no AWS account)")
+    actions = local.add_subparsers(title="actions", metavar="ACTION")
+    local.set_defaults(func=lambda _args: _print_help(local))
+
+    up = actions.add_parser("up", help="start the local stack in the background")
+    _add_run_dir(up)
+    up.add_argument("--exp", action="append", help="experiment id to provision (repeatable; default: demo)")
+    up.add_argument("--model-url", help="use this OpenAI-compatible endpoint (http://host:port/v1), not the stand-in")
+    up.add_argument("--no-gateway", action="store_true", help="do not put the token gateway in front of the model")
+    up.add_argument("--no-workers", action="store_true", help="run no Lambda workers (run the handlers yourself)")
+    up.add_argument("--latency", type=float, default=0.0, help="stand-in model: simulated seconds per call (0)")
+    up.add_argument("--seed", type=int, default=0, help="stand-in model: seed (0)")
+    up.add_argument("--dispatcher-concurrency", type=int, default=4, help="dispatcher pollers per experiment (4)")
+    up.add_argument("--sweep-interval", type=float, default=5.0, help="seconds between sweeper runs (5)")
+    up.set_defaults(func=_up)
+
+    down = actions.add_parser("down", help="stop the local stack")
+    _add_run_dir(down)
+    down.set_defaults(func=_down)
+
+    status = actions.add_parser("status", help="show the local stack's processes and URLs")
+    _add_run_dir(status)
+    status.add_argument("--env", action="store_true", help="print only the shell exports a trainer needs")
+    status.set_defaults(func=_status)
+
+
+def _print_help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def _add_run_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--run-dir", type=Path, default=_DEFAULT_RUN_DIR, help="logs and state.json (default: .local-stack)"
+    )
+
+
+def read_state(run_dir: Path) -> dict[str, Any] | None:
+    """Return the recorded state of the stack in ``run_dir``, or None if none is recorded."""
+    path = run_dir / STATE_FILE
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"{path} is not valid JSON ({exc}); delete it and stop stray processes by hand") from exc
+
+
+def _alive(process: dict[str, Any]) -> bool:
+    """Whether the recorded process still runs: same pid and same command line (pids get reused)."""
+    from local_stack._process import pid_alive
+
+    pid = process["pid"]
+    if not pid_alive(pid):
+        return False
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if not cmdline.exists():
+        return True
+    try:
+        return cmdline.read_bytes().split(b"\0")[:-1] == [arg.encode() for arg in process["argv"]]
+    except OSError:
+        return False
+
+
+def _up(args: argparse.Namespace) -> int:
+    from local_stack.model_endpoint import EndpointSettings
+    from local_stack.stack import LocalStack, StackSettings
+
+    state = read_state(args.run_dir)
+    if state and any(_alive(p) for p in state["processes"]):
+        print(f"a local stack already runs from {args.run_dir}; run `rollouts local down` first", file=sys.stderr)
+        return 1
+    try:
+        settings = StackSettings(
+            run_dir=args.run_dir,
+            experiments=tuple(args.exp or ("demo",)),
+            model_base_url=args.model_url,
+            model=EndpointSettings(seed=args.seed, latency_s=args.latency),
+            gateway=not args.no_gateway,
+            workers=not args.no_workers,
+            dispatcher_concurrency=args.dispatcher_concurrency,
+            sweep_interval_s=args.sweep_interval,
+        )
+    except ValueError as exc:
+        print(f"rollouts local up: {exc}", file=sys.stderr)
+        return 2
+    stack = LocalStack(settings)
+    stack.start()
+    (stack.run_dir / STATE_FILE).write_text(json.dumps(stack.state(), indent=2))
+    _print_state(stack.state())
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    from local_stack._process import stop_pid
+
+    state = read_state(args.run_dir)
+    if state is None:
+        print(f"no local stack recorded in {args.run_dir}", file=sys.stderr)
+        return 0
+    for process in reversed(state["processes"]):
+        if _alive(process):
+            stop_pid(process["pid"])
+            print(f"stopped {process['name']} (pid {process['pid']})")
+    (args.run_dir / STATE_FILE).unlink()
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    state = read_state(args.run_dir)
+    if state is None:
+        print(f"no local stack recorded in {args.run_dir}; start one with `rollouts local up`", file=sys.stderr)
+        return 1
+    if args.env:
+        for name, value in sorted(state["env"].items()):
+            print(f"export {name}={shlex.quote(value)}")
+        return 0
+    return _print_state(state)
+
+
+def _print_state(state: dict[str, Any]) -> int:
+    dead = 0
+    for process in state["processes"]:
+        alive = _alive(process)
+        dead += not alive
+        url = process.get("url") or "-"
+        print(
+            f"{process['name']:<24} pid {process['pid']:<8} {'alive' if alive else 'DEAD':<6} {url}  {process['log']}"
+        )
+    for name, url in state["urls"].items():
+        print(f"{name} url: {url or '-'}")
+    print(f"experiments: {', '.join(state['experiments'])}")
+    return 1 if dead else 0

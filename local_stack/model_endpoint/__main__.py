@@ -1,0 +1,43 @@
+"""Run the stand-in model: ``python -m local_stack.model_endpoint --port 0 --port-file FILE``."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+from collections.abc import Sequence
+from pathlib import Path
+
+import uvicorn
+
+from local_stack.model_endpoint.app import DEFAULT_MODEL_NAME, EndpointSettings, create_app
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Serve the stand-in model on ``--host``:``--port`` (port 0: the OS chooses, see ``--port-file``)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m local_stack.model_endpoint",
+        description="An offline, seeded stand-in for a vLLM OpenAI-compatible server (see local_stack.model_endpoint).",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 lets the OS choose (written to --port-file)")
+    parser.add_argument("--port-file", type=Path, help="file that receives the port once the socket is bound")
+    parser.add_argument("--model-name", default=DEFAULT_MODEL_NAME)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--latency", type=float, default=0.0, help="simulated seconds per call")
+    args = parser.parse_args(argv)
+    try:
+        settings = EndpointSettings(model_name=args.model_name, seed=args.seed, latency_s=args.latency)
+    except ValueError as exc:
+        parser.error(str(exc))
+    # proto=IPPROTO_TCP makes asyncio set TCP_NODELAY on accepted connections (40 ms stalls otherwise).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((args.host, args.port))
+    if args.port_file:
+        args.port_file.write_text(str(sock.getsockname()[1]))
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning", access_log=False))
+    server.run(sockets=[sock])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,304 @@
+"""The OpenAI-compatible HTTP surface of the stand-in model, with vLLM's token fields.
+
+Routes: ``POST /v1/chat/completions`` (streaming over SSE or not, tool calls), ``GET /v1/models`` and
+``GET /health``. As in vLLM, ``return_token_ids: true`` adds ``prompt_token_ids`` at the root (in the first
+chunk when streaming) and ``token_ids`` per choice (per chunk when streaming, end-of-sequence included),
+and ``logprobs: true`` adds ``choices[].logprobs.content[]`` with one entry per token. Unknown request
+fields are ignored (``max_tokens`` too: answers are short), and any ``model`` name is answered (and echoed).
+
+Repeatability: each request draws from ``Random(hash(seed, messages, k))``, where ``k`` is the request's
+``seed`` if it sends one, else how many times this server has already seen the same messages. The same
+requests in the same order give the same answers; samples of one prompt differ from each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from local_stack.model_endpoint.policy import Sampled, StandInPolicy, Turn
+from local_stack.model_endpoint.tokenizer import Tokenizer
+
+__all__ = ["DEFAULT_MODEL_NAME", "EndpointSettings", "InvalidRequestError", "create_app"]
+
+DEFAULT_MODEL_NAME = "local-math-policy"
+DEFAULT_TEMPERATURE = 1.0
+_SEEN_LIMIT = 100_000
+
+
+@dataclass(frozen=True)
+class EndpointSettings:
+    """How the stand-in model behaves.
+
+    Attributes:
+        model_name: the name ``/v1/models`` lists.
+        seed: base seed of every random choice.
+        latency_s: simulated time per call, before the first byte (benchmarks use it to size rollouts).
+    """
+
+    model_name: str = DEFAULT_MODEL_NAME
+    seed: int = 0
+    latency_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.latency_s < 0:
+            raise ValueError(f"latency_s must be >= 0, got {self.latency_s}")
+
+
+class InvalidRequestError(ValueError):
+    """A chat request the endpoint cannot serve; answered with HTTP 400 in OpenAI's error shape."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """The fields of a chat completion request the stand-in reads."""
+
+    model: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    tool_choice: Any
+    temperature: float
+    stream: bool
+    include_usage: bool
+    logprobs: bool
+    top_logprobs: int
+    return_token_ids: bool
+    seed: int | None
+
+    @classmethod
+    def parse(cls, body: Any, default_model: str) -> ChatRequest:
+        """Validate a request body.
+
+        Raises:
+            InvalidRequestError: a field is missing or has the wrong type (the message names it).
+        """
+        if not isinstance(body, dict):
+            raise InvalidRequestError("the request body must be a JSON object")
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+            raise InvalidRequestError("messages must be a non-empty list of message objects", "messages")
+        if any(not isinstance(m.get("role"), str) for m in messages):
+            raise InvalidRequestError("every message needs a string 'role'", "messages")
+        tools = body.get("tools") or []
+        if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+            raise InvalidRequestError("tools must be a list of tool objects", "tools")
+        temperature = body.get("temperature")
+        temperature = DEFAULT_TEMPERATURE if temperature is None else temperature
+        if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not 0 <= temperature <= 2:
+            raise InvalidRequestError("temperature must be a number from 0 to 2", "temperature")
+        n = body.get("n") or 1
+        if n != 1:
+            raise InvalidRequestError("this stand-in model returns one choice; send n=1 or leave n out", "n")
+        seed = body.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise InvalidRequestError("seed must be an integer", "seed")
+        top_logprobs = body.get("top_logprobs") or 0
+        if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or top_logprobs < 0:
+            raise InvalidRequestError("top_logprobs must be a non-negative integer", "top_logprobs")
+        stream_options = body.get("stream_options") or {}
+        return cls(
+            model=str(body.get("model") or default_model),
+            messages=messages,
+            tools=tools,
+            tool_choice=body.get("tool_choice", "auto"),
+            temperature=float(temperature),
+            stream=bool(body.get("stream", False)),
+            include_usage=isinstance(stream_options, dict) and bool(stream_options.get("include_usage")),
+            logprobs=bool(body.get("logprobs", False)),
+            top_logprobs=top_logprobs,
+            return_token_ids=bool(body.get("return_token_ids", False)),
+            seed=seed,
+        )
+
+
+class _Model:
+    """The policy, the tokenizer and the per-conversation counters behind the routes."""
+
+    def __init__(self, settings: EndpointSettings) -> None:
+        self.settings = settings
+        self.tokenizer = Tokenizer()
+        self.policy = StandInPolicy(self.tokenizer)
+        self._seen: OrderedDict[str, int] = OrderedDict()
+
+    def rng(self, request: ChatRequest) -> random.Random:
+        conversation = hashlib.sha256(json.dumps(request.messages, sort_keys=True).encode()).hexdigest()
+        if request.seed is not None:
+            draw = request.seed
+        else:
+            draw = self._seen.pop(conversation, 0)
+            self._seen[conversation] = draw + 1
+            if len(self._seen) > _SEEN_LIMIT:
+                self._seen.popitem(last=False)
+        material = f"{self.settings.seed}:{conversation}:{draw}".encode()
+        return random.Random(int.from_bytes(hashlib.sha256(material).digest()[:8], "big"))
+
+    def complete(self, request: ChatRequest) -> tuple[list[int], Turn]:
+        turn = self.policy.respond(
+            request.messages,
+            tools=request.tools,
+            tool_choice=request.tool_choice,
+            temperature=request.temperature,
+            rng=self.rng(request),
+        )
+        return self.tokenizer.chat_prompt_ids(request.messages, request.tools), turn
+
+
+def _logprob_entry(sampled: Sampled, top_logprobs: int) -> dict[str, Any]:
+    text = sampled.token.text
+    entry = {"token": text, "logprob": sampled.logprob, "bytes": list(text.encode())}
+    top = [dict(entry)] if top_logprobs else []
+    return {**entry, "top_logprobs": top}
+
+
+def _choice_extras(request: ChatRequest, tokens: list[Sampled]) -> dict[str, Any]:
+    extras: dict[str, Any] = {}
+    if request.logprobs:
+        extras["logprobs"] = {"content": [_logprob_entry(s, request.top_logprobs) for s in tokens]}
+    else:
+        extras["logprobs"] = None
+    if request.return_token_ids:
+        extras["token_ids"] = [s.token.id for s in tokens]
+    return extras
+
+
+def _usage(prompt_ids: list[int], turn: Turn) -> dict[str, int]:
+    completion = len(turn.tokens)
+    return {
+        "prompt_tokens": len(prompt_ids),
+        "completion_tokens": completion,
+        "total_tokens": len(prompt_ids) + completion,
+    }
+
+
+def _completion_body(request: ChatRequest, prompt_ids: list[int], turn: Turn, ids: tuple[str, int]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": turn.content}
+    if turn.tool_call is not None:
+        call = turn.tool_call
+        message["tool_calls"] = [
+            {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+        ]
+    body: dict[str, Any] = {
+        "id": ids[0],
+        "object": "chat.completion",
+        "created": ids[1],
+        "model": request.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": turn.finish_reason,
+                **_choice_extras(request, turn.tokens),
+            }
+        ],
+        "usage": _usage(prompt_ids, turn),
+    }
+    if request.return_token_ids:
+        body["prompt_token_ids"] = prompt_ids
+    return body
+
+
+def _stream_chunks(request: ChatRequest, prompt_ids: list[int], turn: Turn, ids: tuple[str, int]) -> list[dict]:
+    """The chunks vLLM would stream: the role first, then one chunk per token (tool calls per part)."""
+
+    def chunk(delta: dict[str, Any], tokens: list[Sampled], finish_reason: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, **_choice_extras(request, tokens)}
+        return {
+            "id": ids[0],
+            "object": "chat.completion.chunk",
+            "created": ids[1],
+            "model": request.model,
+            "choices": [choice],
+        }
+
+    first = chunk({"role": "assistant", "content": ""}, [])
+    if request.return_token_ids:
+        first["prompt_token_ids"] = prompt_ids
+    chunks = [first]
+    call = turn.tool_call
+    for part in turn.parts:
+        if part.kind == "text":
+            chunks += [chunk({"content": s.token.text}, [s]) for s in part.tokens]
+        elif part.kind == "tool_name" and call is not None:
+            opening = {"index": 0, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
+            chunks.append(chunk({"tool_calls": [opening]}, part.tokens))
+        elif part.kind == "tool_arguments":
+            chunks.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": part.text}}]}, part.tokens))
+        elif part.kind == "end":
+            chunks.append(chunk({}, part.tokens, turn.finish_reason))
+    if request.include_usage:
+        chunks.append(
+            {
+                "id": ids[0],
+                "object": "chat.completion.chunk",
+                "created": ids[1],
+                "model": request.model,
+                "choices": [],
+                "usage": _usage(prompt_ids, turn),
+            }
+        )
+    return chunks
+
+
+def _error(status: int, message: str, *, param: str | None = None, kind: str = "invalid_request_error") -> Response:
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}}, status_code=status)
+
+
+def create_app(settings: EndpointSettings | None = None) -> Starlette:
+    """Build the stand-in model's Starlette app."""
+    model = _Model(settings or EndpointSettings())
+
+    async def health(_: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def models(_: Request) -> Response:
+        card = {"id": model.settings.model_name, "object": "model", "created": 0, "owned_by": "local-stack"}
+        return JSONResponse({"object": "list", "data": [card]})
+
+    async def chat_completions(request: Request) -> Response:
+        try:
+            body = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return _error(400, f"the request body is not valid JSON: {exc}")
+        try:
+            chat = ChatRequest.parse(body, model.settings.model_name)
+        except InvalidRequestError as exc:
+            return _error(400, str(exc), param=exc.param)
+        prompt_ids, turn = model.complete(chat)
+        ids = (f"chatcmpl-{uuid.uuid4().hex}", int(time.time()))
+        if model.settings.latency_s:
+            await asyncio.sleep(model.settings.latency_s)
+        if not chat.stream:
+            return JSONResponse(_completion_body(chat, prompt_ids, turn, ids))
+        chunks = _stream_chunks(chat, prompt_ids, turn, ids)
+
+        async def events() -> AsyncIterator[str]:
+            for item in chunks:
+                yield f"data: {json.dumps(item)}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return Starlette(
+        routes=[
+            Route("/health", health, methods=["GET"]),
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        ]
+    )

@@ -1,0 +1,232 @@
+"""Create the local resources with boto3, from the same definitions the CDK app uses.
+
+moto cannot deploy the synthesized CDK template, so this module turns ``rollout_contract.resources`` into
+boto3 calls: the results bucket (with EventBridge notifications), the budget table and, per experiment,
+the three queues with their dead-letter queues, the sessions table, the result rule (targeting the
+completion and finisher queues: locally every Lambda is fed by a queue) and the descriptor in SSM.
+Every step is idempotent: provisioning twice leaves the same resources.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from botocore.exceptions import ClientError
+
+from local_stack.moto_server import DUMMY_CREDENTIALS, LOCAL_REGION
+from rollout_contract.resources import (
+    BUDGET_TABLE,
+    LOCAL_RESULTS_BUCKET,
+    ExperimentDescriptor,
+    ExperimentResources,
+    QueueSpec,
+    TableSpec,
+    result_event_pattern,
+)
+
+__all__ = ["AwsClients", "ProvisionedExperiment", "provision_experiment", "provision_shared"]
+
+#: Dead-letter queues keep messages for SQS's maximum, 14 days, so nothing is lost before a person looks.
+DLQ_RETENTION_S = 14 * 24 * 3600
+COMPLETION_TARGET_ID = "completion-queue"
+FINISHER_TARGET_ID = "finisher-queue"
+
+
+@dataclass(frozen=True)
+class AwsClients:
+    """The boto3 clients provisioning uses."""
+
+    s3: Any
+    sqs: Any
+    dynamodb: Any
+    events: Any
+    ssm: Any
+
+    @classmethod
+    def local(cls, moto_url: str) -> AwsClients:
+        """Build clients for the moto server at ``moto_url`` (dummy credentials, the local region)."""
+        session = boto3.session.Session(
+            aws_access_key_id=DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            region_name=LOCAL_REGION,
+        )
+        names = ("s3", "sqs", "dynamodb", "events", "ssm")
+        return cls(**{name: session.client(name, endpoint_url=moto_url) for name in names})
+
+
+@dataclass(frozen=True)
+class ProvisionedExperiment:
+    """What provisioning created for one experiment."""
+
+    descriptor: ExperimentDescriptor
+    finisher_queue_url: str
+
+
+def provision_shared(clients: AwsClients, *, bucket: str = LOCAL_RESULTS_BUCKET) -> None:
+    """Create the shared resources: the results bucket with EventBridge notifications, and the budget table."""
+    try:
+        clients.s3.create_bucket(Bucket=bucket)
+    except ClientError as exc:
+        if _code(exc) not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+            raise
+    clients.s3.put_bucket_notification_configuration(
+        Bucket=bucket, NotificationConfiguration={"EventBridgeConfiguration": {}}
+    )
+    _ensure_table(clients.dynamodb, BUDGET_TABLE)
+
+
+def provision_experiment(
+    clients: AwsClients,
+    exp_id: str,
+    *,
+    region: str,
+    runtime_arn: str,
+    endpoints: dict[str, str],
+    gateway_url: str | None = None,
+    bucket: str = LOCAL_RESULTS_BUCKET,
+) -> ProvisionedExperiment:
+    """Create experiment ``exp_id``'s queues, sessions table and result rule, and publish its descriptor.
+
+    Call :func:`provision_shared` first. ``endpoints`` (boto3 service name -> URL) goes into the
+    descriptor, so ``RolloutClient.for_experiment(exp_id)`` finds the local stack.
+    """
+    resources = ExperimentResources.for_experiment(exp_id)
+    dispatch_url = _ensure_queue(clients.sqs, resources.dispatch_queue)
+    completion_url = _ensure_queue(clients.sqs, resources.completion_queue)
+    finisher_url = _ensure_queue(clients.sqs, resources.finisher_queue)
+    _ensure_table(clients.dynamodb, resources.sessions_table)
+    _ensure_result_rule(
+        clients,
+        resources,
+        bucket=bucket,
+        targets={COMPLETION_TARGET_ID: completion_url, FINISHER_TARGET_ID: finisher_url},
+    )
+    descriptor = ExperimentDescriptor(
+        exp_id=exp_id,
+        region=region,
+        results_bucket=bucket,
+        dispatch_queue_url=dispatch_url,
+        completion_queue_url=completion_url,
+        sessions_table=resources.sessions_table.name,
+        budget_table=BUDGET_TABLE.name,
+        runtime_arn=runtime_arn,
+        gateway_url=gateway_url,
+        endpoints=endpoints,
+    )
+    clients.ssm.put_parameter(
+        Name=resources.descriptor_parameter,
+        Value=descriptor.model_dump_json(),
+        Type="String",
+        Overwrite=True,
+        Description=f"Local stack descriptor of experiment {exp_id}",
+    )
+    return ProvisionedExperiment(descriptor=descriptor, finisher_queue_url=finisher_url)
+
+
+def _code(exc: ClientError) -> str:
+    return exc.response.get("Error", {}).get("Code", "")
+
+
+def _queue_arn(sqs: Any, url: str) -> str:
+    return sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+
+
+def _create_or_update_queue(sqs: Any, name: str, attributes: dict[str, str]) -> str:
+    try:
+        return sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+    except ClientError as exc:
+        if _code(exc) not in ("QueueAlreadyExists", "QueueNameExists"):
+            raise
+    url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+    sqs.set_queue_attributes(QueueUrl=url, Attributes=attributes)
+    return url
+
+
+def _ensure_queue(sqs: Any, spec: QueueSpec) -> str:
+    """Create ``spec``'s dead-letter queue and the queue redriving into it; return the queue URL."""
+    dlq_url = _create_or_update_queue(sqs, spec.dlq_name, {"MessageRetentionPeriod": str(DLQ_RETENTION_S)})
+    redrive = {"deadLetterTargetArn": _queue_arn(sqs, dlq_url), "maxReceiveCount": spec.max_receive_count}
+    return _create_or_update_queue(
+        sqs,
+        spec.name,
+        {
+            "VisibilityTimeout": str(spec.visibility_timeout_s),
+            "MessageRetentionPeriod": str(spec.retention_s),
+            "RedrivePolicy": json.dumps(redrive),
+        },
+    )
+
+
+def _ensure_table(dynamodb: Any, spec: TableSpec) -> None:
+    """Create ``spec``'s on-demand table with its indexes (S partition, N sort, projection ALL) and TTL."""
+    try:
+        dynamodb.describe_table(TableName=spec.name)
+    except ClientError as exc:
+        if _code(exc) != "ResourceNotFoundException":
+            raise
+        attributes = {spec.partition_key: "S"}
+        request: dict[str, Any] = {}
+        if spec.indexes:
+            for index in spec.indexes:
+                attributes.setdefault(index.partition_key, "S")
+                attributes.setdefault(index.sort_key, "N")
+            request["GlobalSecondaryIndexes"] = [
+                {
+                    "IndexName": index.name,
+                    "KeySchema": [
+                        {"AttributeName": index.partition_key, "KeyType": "HASH"},
+                        {"AttributeName": index.sort_key, "KeyType": "RANGE"},
+                    ],
+                    "Projection": {"ProjectionType": "ALL"},
+                }
+                for index in spec.indexes
+            ]
+        dynamodb.create_table(
+            TableName=spec.name,
+            BillingMode="PAY_PER_REQUEST",
+            KeySchema=[{"AttributeName": spec.partition_key, "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": name, "AttributeType": kind} for name, kind in attributes.items()],
+            **request,
+        )
+        dynamodb.get_waiter("table_exists").wait(TableName=spec.name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 50})
+    ttl = dynamodb.describe_time_to_live(TableName=spec.name)["TimeToLiveDescription"]
+    if ttl.get("TimeToLiveStatus") not in ("ENABLED", "ENABLING"):
+        dynamodb.update_time_to_live(
+            TableName=spec.name,
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": spec.ttl_attribute},
+        )
+
+
+def _ensure_result_rule(
+    clients: AwsClients, resources: ExperimentResources, *, bucket: str, targets: dict[str, str]
+) -> None:
+    """Route the experiment's result events to each target queue (and let EventBridge send to them)."""
+    rule_arn = clients.events.put_rule(
+        Name=resources.result_rule_name,
+        EventPattern=json.dumps(result_event_pattern(bucket, resources.exp_id)),
+        State="ENABLED",
+        Description=f"Result objects of experiment {resources.exp_id}",
+    )["RuleArn"]
+    target_arns = {target_id: _queue_arn(clients.sqs, url) for target_id, url in targets.items()}
+    for target_id, url in targets.items():
+        policy = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "AllowResultRule",
+                    "Effect": "Allow",
+                    "Principal": {"Service": "events.amazonaws.com"},
+                    "Action": "sqs:SendMessage",
+                    "Resource": target_arns[target_id],
+                    "Condition": {"ArnEquals": {"aws:SourceArn": rule_arn}},
+                }
+            ],
+        }
+        clients.sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": json.dumps(policy)})
+    clients.events.put_targets(
+        Rule=resources.result_rule_name,
+        Targets=[{"Id": target_id, "Arn": arn} for target_id, arn in target_arns.items()],
+    )

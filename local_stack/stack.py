@@ -1,0 +1,346 @@
+"""The whole pipeline on one machine: :class:`LocalStack` starts, provisions, waits for and stops it.
+
+Processes, each on 127.0.0.1 with a port the OS chose, logs under the run directory (``.local-stack/``):
+
+- ``moto``: S3, EventBridge, SQS, DynamoDB, SSM (:mod:`local_stack.moto_server`), then provisioning
+  (:mod:`local_stack.provision`) of the shared resources and every experiment;
+- ``model``: the stand-in model (:mod:`local_stack.model_endpoint`), unless a real endpoint is given;
+- ``gateway``: the token gateway in front of the model (:mod:`local_stack.gateway`);
+- ``emulator``: the ACR emulator hosting the example math agent, one runtime per experiment;
+- ``worker-<exp>``: the local Lambda worker of each experiment (:mod:`local_stack.worker`).
+
+``stop()`` (also on Ctrl-C inside ``with LocalStack(...)``) stops them in reverse order, each with its
+process group, so agent processes started by the emulator go too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from local_stack._process import LOCALHOST, ManagedProcess, http_ready
+from local_stack.gateway import gateway_process
+from local_stack.model_endpoint import EndpointSettings
+from local_stack.model_endpoint.process import model_endpoint_process
+from local_stack.moto_server import (
+    DUMMY_CREDENTIALS,
+    LOCAL_ACCOUNT_ID,
+    LOCAL_REGION,
+    aws_env,
+    endpoints_for,
+    moto_process,
+)
+from local_stack.provision import AwsClients, provision_experiment, provision_shared
+from local_stack.worker import DEFAULT_HANDLERS
+from rollout_contract.ids import validate_exp_id
+from rollout_contract.resources import ExperimentDescriptor
+
+__all__ = ["DEFAULT_RUN_DIR", "PROJECT_ROOT", "LocalStack", "StackSettings", "runtime_arn", "start", "stop"]
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_RUN_DIR = Path(".local-stack")
+EXAMPLE_AGENT = PROJECT_ROOT / "examples" / "math_agent" / "rl_app.py"
+EXAMPLE_RUNTIME_NAME = "math_agent"
+
+
+def runtime_arn(exp_id: str, name: str = EXAMPLE_RUNTIME_NAME) -> str:
+    """Return the local runtime ARN of experiment ``exp_id``'s agent (ACR's ARN form)."""
+    return f"arn:aws:bedrock-agentcore:{LOCAL_REGION}:{LOCAL_ACCOUNT_ID}:runtime/{name}-{validate_exp_id(exp_id)}"
+
+
+@dataclass(frozen=True)
+class StackSettings:
+    """What the local stack runs.
+
+    Attributes:
+        run_dir: logs, configs, the gateway's trace database and ``state.json``.
+        experiments: experiment ids to provision, each with a runtime and a worker.
+        model_base_url: a real OpenAI-compatible endpoint (``http://host:port/v1``) instead of the stand-in.
+        model: the stand-in's settings (seed, simulated latency).
+        gateway: put the token gateway in front of the model.
+        emulator: run the ACR emulator (tests of the other parts turn it off).
+        workers: run a Lambda worker per experiment.
+        agent_command: the agent process each session runs (default: this Python on the example agent).
+        handlers: dotted handler paths per role (``dispatcher``, ``finisher``, ``sweeper``).
+        dispatcher_concurrency: dispatcher pollers per worker.
+        sweep_interval_s: seconds between sweeper runs.
+        extra_pythonpath: directories prepended to the workers' ``PYTHONPATH`` (for test handlers).
+        ready_timeout_s: how long each process may take to become ready.
+    """
+
+    run_dir: Path = DEFAULT_RUN_DIR
+    experiments: tuple[str, ...] = ("demo",)
+    model_base_url: str | None = None
+    model: EndpointSettings = field(default_factory=EndpointSettings)
+    gateway: bool = True
+    emulator: bool = True
+    workers: bool = True
+    agent_command: tuple[str, ...] = (sys.executable, str(EXAMPLE_AGENT))
+    handlers: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_HANDLERS))
+    dispatcher_concurrency: int = 4
+    sweep_interval_s: float = 5.0
+    extra_pythonpath: tuple[Path, ...] = ()
+    ready_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not self.experiments:
+            raise ValueError("give at least one experiment id")
+        for exp_id in self.experiments:
+            validate_exp_id(exp_id)
+        unknown = set(self.handlers) - set(DEFAULT_HANDLERS)
+        if unknown:
+            raise ValueError(f"unknown handler roles {sorted(unknown)}; use {sorted(DEFAULT_HANDLERS)}")
+        if self.model_base_url is not None and not self.model_base_url.startswith(("http://", "https://")):
+            raise ValueError(f"model_base_url must be an http(s) URL ending in /v1, got {self.model_base_url!r}")
+
+
+class LocalStack:
+    """The local stack's processes; a context manager that stops everything on exit.
+
+    After :meth:`start`: ``moto_url``, ``model_url`` (``.../v1``), ``gateway_url``, ``emulator_url``,
+    ``descriptors`` (per experiment) and ``env`` (what a trainer process needs to use the stack).
+    """
+
+    def __init__(self, settings: StackSettings | None = None) -> None:
+        self.settings = settings or StackSettings()
+        self.run_dir = self.settings.run_dir.resolve()
+        self.processes: list[ManagedProcess] = []
+        self.moto_url: str | None = None
+        self.model_url: str | None = None
+        self.gateway_url: str | None = None
+        self.emulator_url: str | None = None
+        self.descriptors: dict[str, ExperimentDescriptor] = {}
+        self.env: dict[str, str] = {}
+        self.started_at: float | None = None
+
+    def __enter__(self) -> LocalStack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start every process, provision the resources and wait until all are ready.
+
+        Raises:
+            ProcessStartError: a process exited or was not ready in time (everything started is stopped).
+        """
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.started_at = time.time()
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop every process (reverse start order) and reap it."""
+        while self.processes:
+            self.processes.pop().stop()
+
+    def _launch(self, process: ManagedProcess) -> ManagedProcess:
+        self.processes.append(process)
+        process.start()
+        return process
+
+    def _start(self) -> None:
+        s = self.settings
+        base_env = {
+            **os.environ,
+            "PYTHONPATH": _pythonpath(PROJECT_ROOT, os.environ.get("PYTHONPATH")),
+            # Everything talks over 127.0.0.1: keep any configured HTTP proxy out of it.
+            "NO_PROXY": _no_proxy(LOCALHOST, os.environ.get("NO_PROXY")),
+        }
+        moto = self._launch(moto_process(self.run_dir / "moto.log", base_env))
+        self.moto_url = moto.url
+        model = None
+        if s.model_base_url is None:
+            model = self._launch(model_endpoint_process(run_dir=self.run_dir, base_env=base_env, settings=s.model))
+        emulator = self._launch(self._emulator_process(base_env)) if s.emulator else None
+        if model is not None:
+            model.wait_ready(s.ready_timeout_s)
+            self.model_url = f"{model.url}/v1"
+        else:
+            self.model_url = s.model_base_url
+        if s.gateway:
+            gateway = self._launch(
+                gateway_process(model_base_url=self.model_url, run_dir=self.run_dir, base_env=base_env)
+            )
+            self.gateway_url = gateway.url
+        if emulator is not None:
+            emulator.wait_ready(s.ready_timeout_s)
+            self.emulator_url = emulator.url
+        moto.wait_ready(s.ready_timeout_s)
+        self.env = aws_env(self.moto_url, self.emulator_url)
+        self._provision()
+        child_env = {**base_env, **self.env}
+        if s.workers:
+            child_env["PYTHONPATH"] = os.pathsep.join([*map(str, s.extra_pythonpath), base_env["PYTHONPATH"]])
+            for exp_id in s.experiments:
+                self._launch(self._worker_process(exp_id, child_env))
+        for process in self.processes:
+            process.wait_ready(s.ready_timeout_s)
+
+    def _provision(self) -> None:
+        clients = AwsClients.local(self._moto_url())
+        provision_shared(clients)
+        endpoints = endpoints_for(self._moto_url(), self.emulator_url)
+        for exp_id in self.settings.experiments:
+            provisioned = provision_experiment(
+                clients,
+                exp_id,
+                region=LOCAL_REGION,
+                runtime_arn=runtime_arn(exp_id),
+                endpoints=endpoints,
+                gateway_url=self.gateway_url,
+            )
+            self.descriptors[exp_id] = provisioned.descriptor
+
+    def _moto_url(self) -> str:
+        if self.moto_url is None:
+            raise RuntimeError("the moto server's URL is not known yet: start the stack first")
+        return self.moto_url
+
+    def emulator_config(self) -> dict[str, Any]:
+        """The ACR emulator's config: the example agent registered once per experiment."""
+        agent_env = {
+            "AWS_ENDPOINT_URL_S3": self._moto_url(),
+            "AWS_REGION": LOCAL_REGION,
+            "AWS_DEFAULT_REGION": LOCAL_REGION,
+            "PYTHONPATH": str(PROJECT_ROOT),
+            **DUMMY_CREDENTIALS,
+        }
+        runtimes = [
+            {
+                "arn": runtime_arn(exp_id),
+                "command": list(self.settings.agent_command),
+                "working_dir": str(PROJECT_ROOT),
+                "environment": agent_env,
+            }
+            for exp_id in self.settings.experiments
+        ]
+        return {"runtimes": runtimes}
+
+    def _emulator_process(self, base_env: Mapping[str, str]) -> ManagedProcess:
+        config_path = self.run_dir / "emulator.json"
+        config_path.write_text(json.dumps(self.emulator_config(), indent=2))
+        log_path = self.run_dir / "emulator.log"
+        log_path.unlink(missing_ok=True)
+        process = ManagedProcess(
+            name="emulator",
+            argv=[
+                sys.executable,
+                "-m",
+                "local_stack.acr_emulator",
+                "serve",
+                "--config",
+                str(config_path),
+                "--host",
+                LOCALHOST,
+                "--port",
+                "0",
+                "--log-level",
+                "INFO",
+            ],
+            log_path=log_path,
+            env=dict(base_env),
+            cwd=PROJECT_ROOT,
+        )
+
+        def ready() -> bool:
+            if process.url is None:
+                process.url = _announced_url(log_path)
+                if process.url is None:
+                    return False
+            return http_ready(f"{process.url}/_admin/stats")()
+
+        process.ready = ready
+        return process
+
+    def _worker_process(self, exp_id: str, env: Mapping[str, str]) -> ManagedProcess:
+        s = self.settings
+        ready_file = self.run_dir / f"worker-{exp_id}.ready"
+        ready_file.unlink(missing_ok=True)
+        handlers = [arg for role in DEFAULT_HANDLERS for arg in (f"--{role}", s.handlers.get(role, ""))]
+        return ManagedProcess(
+            name=f"worker-{exp_id}",
+            argv=[
+                sys.executable,
+                "-m",
+                "local_stack.worker",
+                "--exp",
+                exp_id,
+                *handlers,
+                "--dispatcher-concurrency",
+                str(s.dispatcher_concurrency),
+                "--sweep-interval",
+                str(s.sweep_interval_s),
+                "--ready-file",
+                str(ready_file),
+            ],
+            log_path=self.run_dir / f"worker-{exp_id}.log",
+            env=dict(env),
+            cwd=PROJECT_ROOT,
+            ready=ready_file.exists,
+        )
+
+    def state(self) -> dict[str, Any]:
+        """What ``rollouts local status`` shows: pids, urls, logs and the trainer's environment."""
+        return {
+            "run_dir": str(self.run_dir),
+            "started_at": self.started_at,
+            "experiments": list(self.settings.experiments),
+            "urls": {
+                "moto": self.moto_url,
+                "model": self.model_url,
+                "gateway": self.gateway_url,
+                "emulator": self.emulator_url,
+            },
+            "processes": [
+                {"name": p.name, "pid": p.pid, "argv": list(p.argv), "log": str(p.log_path), "url": p.url}
+                for p in self.processes
+            ],
+            "env": self.env,
+        }
+
+
+def _pythonpath(first: Path, rest: str | None) -> str:
+    return os.pathsep.join([str(first), *([rest] if rest else [])])
+
+
+def _no_proxy(first: str, rest: str | None) -> str:
+    return ",".join([first, "localhost", *([rest] if rest else [])])
+
+
+def _announced_url(log_path: Path) -> str | None:
+    """The URL the emulator prints as ``{"url": ...}`` once it listens."""
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.startswith("{") and '"url"' in line:
+            try:
+                return json.loads(line)["url"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue
+    return None
+
+
+def start(settings: StackSettings | None = None) -> LocalStack:
+    """Start a local stack and return it (stop it with :func:`stop` or ``stack.stop()``)."""
+    stack = LocalStack(settings)
+    stack.start()
+    return stack
+
+
+def stop(stack: LocalStack) -> None:
+    """Stop every process of ``stack``."""
+    stack.stop()

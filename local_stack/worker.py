@@ -1,0 +1,457 @@
+"""The local Lambda worker: plays the Lambda service for one experiment's functions.
+
+moto cannot run Lambda code, so locally every function is fed by a queue and this process does what
+Lambda's SQS event source does: long-poll the queue, hand the handler a real SQS event (``Records`` with
+``messageId``, ``receiptHandle``, ``body``, ``attributes``, ``eventSourceARN``, ...) and a context object,
+then delete the records not named in ``batchItemFailures``. Failed records stay on the queue (the
+handler sets their visibility) and come back, counted in ``ApproximateReceiveCount``; a handler that
+raises fails the whole batch. The sweeper gets an EventBridge scheduled event every few seconds.
+
+Run it as ``python -m local_stack.worker --exp NAME``. Endpoints, credentials and region come from the
+environment (``AWS_ENDPOINT_URL_*``); the experiment's queues and names come from its descriptor in SSM.
+Handler settings are exported as ``ROLLOUTS_*`` variables before the handler modules are imported.
+
+Differences from Lambda: a function's timeout is reported by ``get_remaining_time_in_millis`` but not
+enforced (a thread cannot be killed), and one process hosts all three functions, so they share module
+state the way warm invocations of one function would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import importlib
+import logging
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from local_stack.moto_server import LOCAL_ACCOUNT_ID
+from rollout_contract.resources import PROJECT, ExperimentDescriptor, ExperimentResources, HandlerSettings
+
+__all__ = [
+    "DEFAULT_HANDLERS",
+    "FunctionSpec",
+    "LambdaContext",
+    "Worker",
+    "WorkerSettings",
+    "main",
+    "scheduled_event",
+    "sqs_event",
+]
+
+logger = logging.getLogger("local_stack.worker")
+
+Handler = Callable[[dict[str, Any], "LambdaContext"], Any]
+
+DEFAULT_HANDLERS: Mapping[str, str] = {
+    "dispatcher": "lambdas.dispatcher.handler",
+    "finisher": "lambdas.finisher.handler",
+    "sweeper": "lambdas.sweeper.handler",
+}
+SQS_EVENT_SOURCE = "aws:sqs"
+SQS_MAX_BATCH = 10
+
+
+@dataclass
+class LambdaContext:
+    """The context object Lambda passes to a handler: what Powertools and handlers read."""
+
+    function_name: str
+    invoked_function_arn: str
+    memory_limit_in_mb: int
+    timeout_s: float
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    function_version: str = "$LATEST"
+    log_group_name: str = ""
+    log_stream_name: str = ""
+    _started: float = field(default_factory=time.monotonic, repr=False)
+
+    def __post_init__(self) -> None:
+        self.log_group_name = self.log_group_name or f"/aws/lambda/{self.function_name}"
+        self.log_stream_name = self.log_stream_name or f"local/[$LATEST]{uuid.uuid4().hex}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        """Milliseconds left before the function's timeout."""
+        return max(0, int((self.timeout_s - (time.monotonic() - self._started)) * 1000))
+
+
+def _lambda_message_attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """Convert SQS API message attributes (``StringValue``) to the Lambda event's shape (``stringValue``)."""
+    converted = {}
+    for name, value in attributes.items():
+        item: dict[str, Any] = {"stringListValues": [], "binaryListValues": [], "dataType": value["DataType"]}
+        if "StringValue" in value:
+            item["stringValue"] = value["StringValue"]
+        if "BinaryValue" in value:
+            item["binaryValue"] = base64.b64encode(value["BinaryValue"]).decode()
+        converted[name] = item
+    return converted
+
+
+def sqs_event(messages: Sequence[Mapping[str, Any]], *, queue_arn: str, region: str) -> dict[str, Any]:
+    """Build the event Lambda's SQS event source delivers for ``messages`` (as ``ReceiveMessage`` returns them)."""
+    return {
+        "Records": [
+            {
+                "messageId": message["MessageId"],
+                "receiptHandle": message["ReceiptHandle"],
+                "body": message["Body"],
+                "attributes": dict(message.get("Attributes", {})),
+                "messageAttributes": _lambda_message_attributes(message.get("MessageAttributes", {})),
+                "md5OfBody": message.get("MD5OfBody", ""),
+                "eventSource": SQS_EVENT_SOURCE,
+                "eventSourceARN": queue_arn,
+                "awsRegion": region,
+            }
+            for message in messages
+        ]
+    }
+
+
+def scheduled_event(*, rule_arn: str, region: str, account: str) -> dict[str, Any]:
+    """Build the event an EventBridge schedule delivers to a function."""
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": account,
+        "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": region,
+        "resources": [rule_arn],
+        "detail": {},
+    }
+
+
+def failed_message_ids(response: Any, message_ids: Sequence[str]) -> set[str]:
+    """Return the ids of the records to keep, as Lambda reads a partial batch response.
+
+    A missing or empty ``batchItemFailures`` means every record succeeded; an identifier that is empty or
+    not in the batch makes Lambda treat the whole batch as failed.
+    """
+    failures = (response or {}).get("batchItemFailures") if isinstance(response, Mapping) else None
+    if not failures:
+        return set()
+    ids = {item.get("itemIdentifier") if isinstance(item, Mapping) else None for item in failures}
+    if not ids <= set(message_ids):
+        logger.warning("batchItemFailures names unknown records %s: the whole batch fails", ids - set(message_ids))
+        return set(message_ids)
+    return ids  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """One local function: its name, ARN, handler and limits."""
+
+    name: str
+    arn: str
+    handler: Handler
+    timeout_s: float
+    memory_mb: int = 512
+
+    def context(self) -> LambdaContext:
+        """A fresh context for one invocation."""
+        return LambdaContext(
+            function_name=self.name,
+            invoked_function_arn=self.arn,
+            memory_limit_in_mb=self.memory_mb,
+            timeout_s=self.timeout_s,
+        )
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """How the worker polls and invokes.
+
+    Attributes:
+        dispatcher_concurrency: pollers (threads) feeding the dispatcher, like Lambda's concurrency.
+        finisher_concurrency: pollers feeding the finisher.
+        sweep_interval_s: seconds between sweeper runs (a minute in AWS; a few seconds locally).
+        wait_time_s: SQS long-poll wait (a message wakes it at once; a stop does not wait for it).
+        batch_size: records per event (1-10).
+        timeout_s: the functions' timeout, as the context reports it.
+    """
+
+    dispatcher_concurrency: int = 4
+    finisher_concurrency: int = 1
+    sweep_interval_s: float = 5.0
+    wait_time_s: int = 10
+    batch_size: int = SQS_MAX_BATCH
+    timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.batch_size <= SQS_MAX_BATCH:
+            raise ValueError(f"batch_size must be 1-{SQS_MAX_BATCH}, got {self.batch_size}")
+        if not 0 <= self.wait_time_s <= 20:
+            raise ValueError(f"wait_time_s must be 0-20 (SQS long polling), got {self.wait_time_s}")
+        if self.sweep_interval_s <= 0 or self.timeout_s <= 0:
+            raise ValueError("sweep_interval_s and timeout_s must be positive")
+        if self.dispatcher_concurrency < 0 or self.finisher_concurrency < 0:
+            raise ValueError("concurrency must be 0 (function off) or more")
+
+
+class Worker:
+    """Run queue-fed functions and a scheduled function on threads until :meth:`stop`."""
+
+    def __init__(self, sqs: Any, *, region: str, account: str, settings: WorkerSettings) -> None:
+        self._sqs = sqs
+        self._region = region
+        self._account = account
+        self._settings = settings
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._busy = 0
+        self._idle = threading.Condition()
+
+    def add_queue_function(self, function: FunctionSpec, queue_url: str, *, concurrency: int) -> None:
+        """Feed ``function`` from ``queue_url`` with ``concurrency`` pollers."""
+        queue_arn = self._sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+        for index in range(concurrency):
+            self._threads.append(
+                threading.Thread(
+                    target=self._poll_loop,
+                    args=(function, queue_url, queue_arn),
+                    name=f"{function.name}-{index}",
+                    daemon=True,
+                )
+            )
+
+    def add_scheduled_function(self, function: FunctionSpec, rule_arn: str) -> None:
+        """Invoke ``function`` with a scheduled event every ``sweep_interval_s`` seconds."""
+        self._threads.append(
+            threading.Thread(target=self._schedule_loop, args=(function, rule_arn), name=function.name, daemon=True)
+        )
+
+    def start(self) -> None:
+        """Start every poller and the schedule."""
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        """Ask every thread to stop after its current poll or invocation (safe in a signal handler)."""
+        self._stop.set()
+
+    def join(self, grace_s: float | None = None) -> None:
+        """Wait until no invocation is in progress, ``grace_s`` at most (default: the function timeout).
+
+        Pollers blocked in a long poll are not waited for: they are daemon threads, and a batch they receive
+        after the stop is handed back to the queue at once.
+        """
+        grace_s = self._settings.timeout_s if grace_s is None else grace_s
+        with self._idle:
+            self._idle.wait_for(lambda: self._busy == 0, timeout=grace_s)
+
+    def wait(self) -> None:
+        """Block until :meth:`stop` is called."""
+        while not self._stop.wait(0.5):
+            pass
+
+    def poll_once(self, function: FunctionSpec, queue_url: str, queue_arn: str) -> int:
+        """Receive one batch, invoke ``function`` with it and delete what succeeded; return the batch size."""
+        messages = self._sqs.receive_message(
+            QueueUrl=queue_url,
+            MaxNumberOfMessages=self._settings.batch_size,
+            WaitTimeSeconds=self._settings.wait_time_s,
+            MessageSystemAttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        ).get("Messages", [])
+        if not messages:
+            return 0
+        if self._stop.is_set():
+            self._sqs.change_message_visibility_batch(
+                QueueUrl=queue_url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0}
+                    for i, m in enumerate(messages)
+                ],
+            )
+            return 0
+        with self._invocation():
+            return self._invoke(function, queue_url, queue_arn, messages)
+
+    @contextmanager
+    def _invocation(self) -> Iterator[None]:
+        """Count an invocation in progress, so :meth:`join` waits for it."""
+        with self._idle:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._busy -= 1
+                self._idle.notify_all()
+
+    def _invoke(self, function: FunctionSpec, queue_url: str, queue_arn: str, messages: list[dict[str, Any]]) -> int:
+        ids = [message["MessageId"] for message in messages]
+        event = sqs_event(messages, queue_arn=queue_arn, region=self._region)
+        started = time.monotonic()
+        try:
+            response = function.handler(event, function.context())
+        except Exception:
+            logger.exception("%s failed on a batch of %d: every record returns to the queue", function.name, len(ids))
+            return len(messages)
+        failed = failed_message_ids(response, ids)
+        done = [message for message in messages if message["MessageId"] not in failed]
+        if done:
+            result = self._sqs.delete_message_batch(
+                QueueUrl=queue_url,
+                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)],
+            )
+            for failure in result.get("Failed", []):
+                logger.warning("%s: could not delete a record: %s", function.name, failure.get("Message"))
+        logger.info(
+            "%s: batch of %d, %d failed, %.0f ms",
+            function.name,
+            len(messages),
+            len(failed),
+            (time.monotonic() - started) * 1000,
+        )
+        return len(messages)
+
+    def _poll_loop(self, function: FunctionSpec, queue_url: str, queue_arn: str) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll_once(function, queue_url, queue_arn)
+            except Exception:
+                logger.exception("%s: polling %s failed; retrying in 1 s", function.name, queue_url)
+                self._stop.wait(1.0)
+
+    def _schedule_loop(self, function: FunctionSpec, rule_arn: str) -> None:
+        while not self._stop.wait(self._settings.sweep_interval_s):
+            event = scheduled_event(rule_arn=rule_arn, region=self._region, account=self._account)
+            with self._invocation():
+                try:
+                    function.handler(event, function.context())
+                except Exception:
+                    logger.exception("%s failed on a scheduled run", function.name)
+
+
+def _import_handler(dotted: str) -> Handler:
+    module_name, _, attribute = dotted.rpartition(".")
+    if not module_name:
+        raise SystemExit(f"handler {dotted!r} must be a dotted path like 'lambdas.dispatcher.handler'")
+    handler = getattr(importlib.import_module(module_name), attribute, None)
+    if not callable(handler):
+        raise SystemExit(f"{module_name} has no callable {attribute!r}; pass the handler's dotted path")
+    return handler
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    defaults = WorkerSettings()
+    parser = argparse.ArgumentParser(
+        prog="python -m local_stack.worker",
+        description="Play the Lambda service for one experiment: feed the dispatcher and finisher from their "
+        "queues and run the sweeper on a timer. An empty handler path turns that function off.",
+    )
+    parser.add_argument("--exp", required=True, help="experiment id (its descriptor must be in SSM)")
+    for role, dotted in DEFAULT_HANDLERS.items():
+        parser.add_argument(f"--{role}", default=dotted, help=f"dotted path of the {role} handler (default {dotted})")
+    parser.add_argument("--dispatcher-concurrency", type=int, default=defaults.dispatcher_concurrency)
+    parser.add_argument("--finisher-concurrency", type=int, default=defaults.finisher_concurrency)
+    parser.add_argument("--sweep-interval", type=float, default=defaults.sweep_interval_s, help="seconds")
+    parser.add_argument("--wait-time", type=int, default=defaults.wait_time_s, help="SQS long-poll seconds (0-20)")
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="records per event (1-10)")
+    parser.add_argument("--timeout", type=float, default=defaults.timeout_s, help="function timeout in seconds")
+    parser.add_argument("--tps-limit", type=float, help="invokes per second the dispatcher may spend")
+    parser.add_argument("--session-budget", type=int, help="active sessions the dispatcher may hold")
+    parser.add_argument("--max-dispatch-attempts", type=int, help="dispatch attempts before dispatch_failed")
+    parser.add_argument("--ready-file", type=Path, help="touched once every poller runs")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run the worker until SIGTERM or Ctrl-C."""
+    args = _parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(threadName)s %(message)s")
+    try:
+        settings = WorkerSettings(
+            dispatcher_concurrency=args.dispatcher_concurrency,
+            finisher_concurrency=args.finisher_concurrency,
+            sweep_interval_s=args.sweep_interval,
+            wait_time_s=args.wait_time,
+            batch_size=args.batch_size,
+            timeout_s=args.timeout,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"invalid worker settings: {exc}") from exc
+    resources = ExperimentResources.for_experiment(args.exp)
+    session = boto3.session.Session()
+    ssm, sqs = session.client("ssm"), session.client("sqs")
+    descriptor = ExperimentDescriptor.model_validate_json(
+        ssm.get_parameter(Name=resources.descriptor_parameter)["Parameter"]["Value"]
+    )
+    limits = {
+        name: value
+        for name, value in (
+            ("tps_limit", args.tps_limit),
+            ("session_budget", args.session_budget),
+            ("max_dispatch_attempts", args.max_dispatch_attempts),
+        )
+        if value is not None
+    }
+    handler_settings = HandlerSettings(
+        exp_id=descriptor.exp_id,
+        results_bucket=descriptor.results_bucket,
+        sessions_table=descriptor.sessions_table,
+        budget_table=descriptor.budget_table,
+        runtime_arn=descriptor.runtime_arn,
+        runtime_qualifier=descriptor.runtime_qualifier,
+        dispatch_queue_url=descriptor.dispatch_queue_url,
+        **limits,
+    )
+    # The handler modules build clients and settings at import or first call: export first, import after.
+    os.environ.update(handler_settings.to_env())
+    account = LOCAL_ACCOUNT_ID
+    worker = Worker(sqs, region=descriptor.region, account=account, settings=settings)
+
+    def function(role: str) -> FunctionSpec | None:
+        dotted = getattr(args, role)
+        if not dotted:
+            return None
+        name = f"{PROJECT}-{descriptor.exp_id}-{role}"
+        arn = f"arn:aws:lambda:{descriptor.region}:{account}:function:{name}"
+        return FunctionSpec(name=name, arn=arn, handler=_import_handler(dotted), timeout_s=settings.timeout_s)
+
+    if dispatcher := function("dispatcher"):
+        worker.add_queue_function(
+            dispatcher, descriptor.dispatch_queue_url, concurrency=settings.dispatcher_concurrency
+        )
+    if finisher := function("finisher"):
+        finisher_url = sqs.get_queue_url(QueueName=resources.finisher_queue.name)["QueueUrl"]
+        worker.add_queue_function(finisher, finisher_url, concurrency=settings.finisher_concurrency)
+    if sweeper := function("sweeper"):
+        rule_arn = f"arn:aws:events:{descriptor.region}:{account}:rule/{PROJECT}-{descriptor.exp_id}-sweeper"
+        worker.add_scheduled_function(sweeper, rule_arn)
+
+    def request_stop(signum: int, _frame: Any) -> None:
+        logger.info("signal %d: stopping", signum)
+        worker.stop()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    worker.start()
+    if args.ready_file:
+        args.ready_file.touch()
+    logger.info("worker for %s running", descriptor.exp_id)
+    try:
+        worker.wait()
+    except KeyboardInterrupt:
+        worker.stop()
+    worker.join()
+    logger.info("worker for %s stopped", descriptor.exp_id)
+
+
+if __name__ == "__main__":
+    main()
