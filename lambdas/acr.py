@@ -1,0 +1,120 @@
+"""The AgentCore Runtime data plane as the functions use it: every call spends a TPS budget slot.
+
+The wait for the slot happens in botocore's ``before-send`` hook, after the request is serialized and
+signed, so the time between the slot check and the bytes leaving is as short as it can be (a large
+payload or a busy interpreter cannot push a send into the next slot's window).
+
+Errors become :class:`~lambdas.exceptions.RetryableAcrError` (``RETRYABLE_ERROR_CODES``, any 5xx, and
+transport failures) or :class:`~lambdas.exceptions.FinalAcrError`. The client must not retry by itself
+(``retries={"total_max_attempts": 1}``): a hidden retry would be an invoke outside the budget.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import closing
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from lambdas.exceptions import AcrCallError, FinalAcrError, RetryableAcrError
+from rollout_contract.protocol import RESOURCE_NOT_FOUND, RETRYABLE_ERROR_CODES
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
+
+    from lambdas.tps import TpsBudget
+
+#: Client configuration for ``bedrock-agentcore``: no hidden retries, bounded waits.
+CLIENT_CONFIG = Config(retries={"total_max_attempts": 1}, connect_timeout=5, read_timeout=60)
+_CONTENT_TYPE = "application/json"
+_SERVICE_ID = "bedrock-agentcore"
+_OPERATIONS = ("InvokeAgentRuntime", "StopRuntimeSession")
+#: The slot the current thread's ACR call must wait for: (budget, slot start, longest wait).
+_pending_slot: ContextVar[tuple[TpsBudget, float, float] | None] = ContextVar("rollouts_pending_slot", default=None)
+
+
+def _wait_for_slot(**_: Any) -> None:
+    """botocore ``before-send`` hook: hold the request until its reserved slot starts."""
+    pending = _pending_slot.get()
+    if pending is not None:
+        tps, slot_start, max_wait_s = pending
+        tps.wait_for(slot_start, max_wait_s=max_wait_s)
+
+
+class Acr:
+    """Invoke and stop sessions of one runtime endpoint, within its TPS budget."""
+
+    def __init__(
+        self, client: BaseClient, *, tps: TpsBudget, runtime_arn: str, qualifier: str, max_wait_s: float
+    ) -> None:
+        self._client = client
+        self.tps = tps
+        for operation in _OPERATIONS:
+            client.meta.events.register(
+                f"before-send.{_SERVICE_ID}.{operation}", _wait_for_slot, unique_id=f"{__name__}.{operation}"
+            )
+        self._target = {"agentRuntimeArn": runtime_arn, "qualifier": qualifier}
+        self.max_wait_s = max_wait_s
+
+    @staticmethod
+    def encode(payload: dict[str, Any]) -> bytes:
+        """Encode an agent payload as the request body."""
+        return json.dumps(payload, separators=(",", ":")).encode()
+
+    def invoke(self, session_id: str, body: bytes, *, slot_start: float) -> None:
+        """Start ``session_id`` with ``body`` in the slot reserved at ``slot_start`` (``tps.reserve``).
+
+        Raises:
+            NoTokenError: the slot passed and no other frees up within the wait allowed.
+            RetryableAcrError: the invoke may succeed later.
+            FinalAcrError: it cannot.
+        """
+        token = _pending_slot.set((self.tps, slot_start, self.max_wait_s))
+        try:
+            response = self._client.invoke_agent_runtime(
+                **self._target,
+                runtimeSessionId=session_id,
+                payload=body,
+                contentType=_CONTENT_TYPE,
+                accept=_CONTENT_TYPE,
+            )
+            with closing(response["response"]) as stream:
+                stream.read()
+        except (ClientError, BotoCoreError) as exc:
+            raise classify(exc) from exc
+        finally:
+            _pending_slot.reset(token)
+
+    def stop(self, session_id: str) -> bool:
+        """Stop ``session_id``; ``False`` when ACR has no such session (never started, or already gone).
+
+        Raises:
+            NoTokenError: no budget slot frees up within the wait allowed.
+            RetryableAcrError: the stop may succeed later.
+            FinalAcrError: it cannot.
+        """
+        token = _pending_slot.set((self.tps, self.tps.reserve(horizon_s=self.max_wait_s), self.max_wait_s))
+        try:
+            self._client.stop_runtime_session(**self._target, runtimeSessionId=session_id)
+        except (ClientError, BotoCoreError) as exc:
+            error = classify(exc)
+            if error.code == RESOURCE_NOT_FOUND.code:
+                return False
+            raise error from exc
+        finally:
+            _pending_slot.reset(token)
+        return True
+
+
+def classify(exc: ClientError | BotoCoreError) -> AcrCallError:
+    """Turn a botocore failure into a retryable or final ACR error."""
+    if isinstance(exc, BotoCoreError):
+        return RetryableAcrError(type(exc).__name__, 0, str(exc))
+    error = exc.response.get("Error", {})
+    code = error.get("Code", "Unknown")
+    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+    retryable = code in RETRYABLE_ERROR_CODES or status >= 500
+    return (RetryableAcrError if retryable else FinalAcrError)(code, status, error.get("Message", ""))

@@ -1,0 +1,293 @@
+"""The dispatcher: dispatch-queue messages -> ``InvokeAgentRuntime`` under the TPS and session budgets.
+
+A start message walks a rollout through the sessions table: ``queued`` (recorded) -> ``admitted`` (holds
+a session slot, leased to one dispatcher) -> ``running`` (the invoke was accepted). Every step is a
+conditional write keyed on the session id, so a redelivered message, or one redelivered after a crash
+between two steps, never starts a second rollout: a rollout that is running or finished, or whose result
+object exists, is not invoked again.
+
+What cannot happen now goes back to the queue with a delay (:class:`~lambdas.exceptions.RequeueError`):
+no free session slot, the invoke budget reserved beyond the wait allowed, or a retryable ACR error.
+Final ACR errors, exhausted attempts and payloads that cannot be read end the rollout as a
+``dispatch_failed`` result; a start message past its deadline ends it as ``timed_out``. Either way the
+trainer hears of it through the completion queue, and the finisher frees the slot.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools.utilities.batch import EventType, process_partial_response
+from botocore.exceptions import ClientError
+from pydantic import ValidationError
+
+from lambdas._batch import ConcurrentBatchProcessor
+from lambdas.exceptions import AcrCallError, FinalAcrError, NoTokenError, RequeueError, RetryableAcrError
+from lambdas.finishing import DEADLINE_EXCEEDED, stop_session
+from lambdas.ledger import Admission
+from lambdas.observability import add_metric, emit_with_dimension, flush_metrics, logger
+from lambdas.runtime import current_runtime
+from rollout_contract import metrics as names
+from rollout_contract.messages import CancelRequest, DispatchRequest, parse_dispatch_message
+from rollout_contract.results import ROLLOUT_FIELD, ErrorInfo, RolloutResult, Status, Timings
+from rollout_contract.sessions import SessionState
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+    from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+    from lambdas.ledger import SessionRecord
+    from lambdas.runtime import Runtime
+
+#: Records of one batch dispatched in parallel.
+DISPATCH_WORKERS = 10
+#: Delay before retrying after a retryable ACR error: doubles per attempt from the base, up to the cap.
+RETRY_BASE_S = 1.0
+RETRY_CAP_S = 300.0
+#: Delay while waiting for a session slot: doubles per receive, up to the cap.
+SLOT_WAIT_CAP_S = 60.0
+#: Delay after losing a race with another copy of the same message.
+RACE_DELAY_S = 1.0
+#: SQS refuses visibility timeouts above 12 hours.
+_MAX_VISIBILITY_S = 12 * 3600
+_NOT_FOUND = frozenset({"NoSuchKey", "404", "NotFound"})
+
+
+class DispatchOutcome(StrEnum):
+    """What handling one dispatch-queue message did."""
+
+    INVOKED = "invoked"
+    ALREADY_STARTED = "already_started"  # running or finished: a redelivery
+    RESULT_EXISTS = "result_exists"  # ended before it started (cancelled, ...)
+    TIMED_OUT = "timed_out"  # its deadline passed in the queue
+    FAILED = "failed"  # dispatch_failed result written
+    ENDED_WHILE_STARTING = "ended_while_starting"  # cancelled or timed out during the invoke; stopped
+    CANCELLED = "cancelled"  # cancelled result written
+    CANCEL_TOO_LATE = "cancel_too_late"  # a result existed already
+
+
+def retry_delay_s(attempt: int) -> float:
+    """Seconds to wait before invoke attempt ``attempt + 1`` after a retryable error."""
+    return min(RETRY_CAP_S, RETRY_BASE_S * 2 ** max(attempt - 1, 0))
+
+
+def slot_wait_delay_s(receive_count: int) -> float:
+    """Seconds to wait for a session slot on the ``receive_count``-th receive of a message."""
+    return min(SLOT_WAIT_CAP_S, 2.0 ** max(receive_count, 1))
+
+
+def cancel(request: CancelRequest, rt: Runtime) -> DispatchOutcome:
+    """End a rollout as ``cancelled`` unless it has a result already; the finisher then stops it."""
+    record = rt.ledger.get(request.session_id)
+    timings = Timings(
+        submitted_at=record.submitted_at if record else None,
+        dispatched_at=record.dispatched_at if record else None,
+        finished_at=request.requested_at,
+    )
+    result = RolloutResult.terminal(
+        Status.CANCELLED,
+        key=request.key,
+        s3_bucket=rt.settings.results_bucket,
+        stop_reason="cancelled by the trainer",
+        timings=timings,
+    )
+    stored = rt.store.write_first(result)
+    return DispatchOutcome.CANCELLED if stored.written else DispatchOutcome.CANCEL_TOO_LATE
+
+
+def dispatch(request: DispatchRequest, *, receive_count: int, rt: Runtime) -> DispatchOutcome:
+    """Start one rollout at most once, within the session and TPS budgets.
+
+    Raises:
+        RequeueError: no slot or token now, a retryable ACR error, or a race with another copy.
+    """
+    ledger = rt.ledger
+    record = ledger.get(request.session_id)
+    if record is None:
+        ledger.record_queued(request)
+        record = ledger.get(request.session_id)
+    if record is None:
+        raise RequeueError("the rollout's record vanished while being written", RACE_DELAY_S)
+    if record.state in (SessionState.RUNNING, SessionState.FINISHED):
+        return DispatchOutcome.ALREADY_STARTED
+    if rt.store.exists(request.key):
+        return DispatchOutcome.RESULT_EXISTS
+    now = rt.clock()
+    if now >= request.deadline_at:
+        error = ErrorInfo(type=DEADLINE_EXCEEDED, message=f"not started within timeout_s={request.timeout_s:g}")
+        _end(request, Status.TIMED_OUT, error, rt, dispatched_at=None)
+        return DispatchOutcome.TIMED_OUT
+    if receive_count >= rt.resources.dispatch_queue.max_receive_count:
+        error = ErrorInfo(type="DispatchAttemptsExhausted", message=f"not started after {receive_count} receives")
+        return _fail(request, error, rt, dispatched_at=record.dispatched_at)
+    try:
+        payload = _payload(request, rt)
+    except (ClientError, ValueError) as exc:
+        return _fail(request, _payload_error(request, exc), rt, dispatched_at=None)
+    owner = uuid.uuid4().hex
+    _admit(request, record, owner=owner, now=now, receive_count=receive_count, rt=rt)
+    return _invoke(request, payload, owner=owner, rt=rt)
+
+
+def _admit(
+    request: DispatchRequest, record: SessionRecord, *, owner: str, now: float, receive_count: int, rt: Runtime
+) -> None:
+    """Take a session slot (or the slot of a dispatcher whose lease ran out) for ``owner``."""
+    lease_until = now + rt.resources.dispatch_queue.visibility_timeout_s
+    if record.state is SessionState.QUEUED:
+        admission = rt.ledger.admit(request.session_id, owner=owner, lease_until=lease_until)
+        if admission is Admission.NO_SLOT:
+            raise RequeueError("no free session slot", slot_wait_delay_s(receive_count))
+        if admission is Admission.STATE_CHANGED:
+            raise RequeueError("the rollout changed state meanwhile", RACE_DELAY_S)
+        return
+    if record.lease_until is not None and record.lease_until > now:
+        raise RequeueError("another dispatcher holds the rollout", record.lease_until - now)
+    taken = rt.ledger.take_over(
+        request.session_id, owner=owner, previous_owner=record.lease_owner, now=now, lease_until=lease_until
+    )
+    if not taken:
+        raise RequeueError("another dispatcher took the rollout over", RACE_DELAY_S)
+    logger.warning("took over a rollout whose dispatcher stopped", extra={"session_id": request.session_id})
+
+
+def _invoke(request: DispatchRequest, payload: dict[str, Any], *, owner: str, rt: Runtime) -> DispatchOutcome:
+    """Invoke an admitted rollout in a reserved TPS slot and record the outcome."""
+    ledger, session_id = rt.ledger, request.session_id
+    try:
+        slot_start = rt.acr.tps.reserve(horizon_s=rt.acr.max_wait_s)
+    except NoTokenError as exc:
+        ledger.release_to_queued(session_id, owner=owner)
+        raise RequeueError("invoke budget reserved beyond the allowed wait", exc.retry_after_s) from exc
+    attempts = ledger.mark_invoking(session_id, owner=owner, dispatched_at=slot_start)
+    if attempts is None:
+        raise RequeueError("another dispatcher took the rollout over", RACE_DELAY_S)
+    invoke_payload = request.invoke_payload(payload, rt.settings.results_bucket)
+    invoke_payload[ROLLOUT_FIELD].update(
+        Timings(submitted_at=request.submitted_at, dispatched_at=slot_start).model_dump(exclude_none=True)
+    )
+    try:
+        rt.acr.invoke(session_id, rt.acr.encode(invoke_payload), slot_start=slot_start)
+    except NoTokenError as exc:
+        ledger.release_to_queued(session_id, owner=owner)
+        raise RequeueError("invoke slot missed and none free within the allowed wait", exc.retry_after_s) from exc
+    except AcrCallError as exc:
+        return _invoke_failed(request, exc, attempts=attempts, owner=owner, slot_start=slot_start, rt=rt)
+    add_metric(names.INVOKED, 1)
+    if ledger.mark_running(session_id, owner=owner):
+        logger.info("rollout invoked", extra={"session_id": session_id, "attempt": attempts})
+        return DispatchOutcome.INVOKED
+    record = ledger.get(session_id)
+    if record is not None and record.state is SessionState.FINISHED:
+        logger.info("rollout ended while it was being invoked; stopping it", extra={"session_id": session_id})
+        try:
+            stop_session(session_id, rt)
+        except (NoTokenError, RetryableAcrError) as exc:
+            logger.warning(
+                "could not stop a session that ended while starting; its idle timeout ends it",
+                extra={"session_id": session_id, "error": str(exc)},
+            )
+        return DispatchOutcome.ENDED_WHILE_STARTING
+    logger.warning("another dispatcher took the rollout over during the invoke", extra={"session_id": session_id})
+    return DispatchOutcome.INVOKED
+
+
+def _invoke_failed(
+    request: DispatchRequest, exc: AcrCallError, *, attempts: int, owner: str, slot_start: float, rt: Runtime
+) -> DispatchOutcome:
+    emit_with_dimension(names.DISPATCH_ERRORS, names.ERROR_CODE_DIMENSION, exc.code)
+    log_fields = {"session_id": request.session_id, "error_code": exc.code, "attempt": attempts}
+    error = ErrorInfo(type=exc.code, message=f"InvokeAgentRuntime failed: {exc.message}"[:1000])
+    if isinstance(exc, FinalAcrError):
+        logger.error("invoke failed for good", extra=log_fields)
+        return _fail(request, error, rt, dispatched_at=slot_start)
+    if attempts >= rt.settings.max_dispatch_attempts:
+        logger.error("invoke attempts exhausted", extra=log_fields)
+        exhausted = ErrorInfo(type=exc.code, message=f"{error.message} (attempt {attempts}, no retries left)")
+        return _fail(request, exhausted, rt, dispatched_at=slot_start)
+    rt.ledger.release_to_queued(request.session_id, owner=owner)
+    logger.warning("invoke failed, will retry", extra=log_fields)
+    raise RequeueError(f"InvokeAgentRuntime returned {exc.code}", retry_delay_s(attempts)) from exc
+
+
+def _fail(request: DispatchRequest, error: ErrorInfo, rt: Runtime, *, dispatched_at: float | None) -> DispatchOutcome:
+    _end(request, Status.DISPATCH_FAILED, error, rt, dispatched_at=dispatched_at)
+    return DispatchOutcome.FAILED
+
+
+def _end(
+    request: DispatchRequest, status: Status, error: ErrorInfo, rt: Runtime, *, dispatched_at: float | None
+) -> None:
+    """Write the rollout's terminal result (an existing result wins); the finisher does the rest."""
+    timings = Timings(submitted_at=request.submitted_at, dispatched_at=dispatched_at, finished_at=rt.clock())
+    result = RolloutResult.terminal(
+        status, key=request.key, s3_bucket=rt.settings.results_bucket, error=error, timings=timings
+    )
+    stored = rt.store.write_first(result)
+    logger.info(
+        "rollout ended by the dispatcher",
+        extra={"session_id": request.session_id, "status": stored.result.status.value, "written": stored.written},
+    )
+
+
+def _payload(request: DispatchRequest, rt: Runtime) -> dict[str, Any]:
+    if request.payload is not None:
+        return request.payload
+    if request.payload_ref is None:
+        raise ValueError("the dispatch request has neither payload nor payload_ref; give exactly one")
+    return rt.store.read_payload(request.payload_ref)
+
+
+def _payload_error(request: DispatchRequest, exc: ClientError | ValueError) -> ErrorInfo:
+    if isinstance(exc, ClientError):
+        code = exc.response.get("Error", {}).get("Code", "")
+        if code not in _NOT_FOUND:
+            raise exc
+        return ErrorInfo(type="PayloadNotFound", message=f"no payload at s3 key {request.payload_ref}")
+    return ErrorInfo(type="InvalidPayload", message=str(exc))
+
+
+def record_handler(record: SQSRecord) -> str:
+    """Handle one SQS record; a :class:`RequeueError` sets its visibility to the delay and fails it."""
+    rt = current_runtime()
+    try:
+        message = parse_dispatch_message(record.body)
+    except ValidationError as exc:
+        logger.error(
+            "unparseable dispatch message; it goes to the DLQ after the queue's redrive count",
+            extra={"message_id": record.message_id, "errors": exc.errors(include_input=False, include_url=False)},
+        )
+        raise
+    logger.thread_safe_append_keys(session_id=message.session_id)
+    try:
+        if isinstance(message, CancelRequest):
+            return cancel(message, rt).value
+        receive_count = int(record.attributes.approximate_receive_count)
+        return dispatch(message, receive_count=receive_count, rt=rt).value
+    except RequeueError as exc:
+        delay = min(_MAX_VISIBILITY_S, max(1, math.ceil(exc.delay_s)))
+        rt.clients.sqs.change_message_visibility(
+            QueueUrl=rt.settings.dispatch_queue_url, ReceiptHandle=record.receipt_handle, VisibilityTimeout=delay
+        )
+        add_metric(names.REQUEUED, 1)
+        logger.info("message requeued", extra={"reason": exc.reason, "delay_s": delay})
+        raise
+    finally:
+        logger.thread_safe_remove_keys(["session_id"])
+
+
+processor = ConcurrentBatchProcessor(EventType.SQS, max_workers=DISPATCH_WORKERS)
+
+
+def handler(event: dict[str, Any], context: Any) -> PartialItemFailureResponse:
+    """Lambda entry point: a batch of dispatch-queue records, partial batch failures reported."""
+    current_runtime()
+    try:
+        return process_partial_response(
+            event=event, record_handler=record_handler, processor=processor, context=context
+        )
+    finally:
+        flush_metrics()

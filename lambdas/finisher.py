@@ -1,0 +1,68 @@
+"""The finisher: a result object was created -> stop the session, mark the rollout finished, free its slot.
+
+Fed by the experiment's finisher queue, whose messages are EventBridge S3 "Object Created" events.
+At-least-once safe: an event for a rollout that is finished already (a duplicate, or the sweeper got
+there first) changes nothing; events are never deduplicated on their id (moto repeats it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+
+from lambdas.finishing import finish_rollout
+from lambdas.observability import flush_metrics, logger
+from lambdas.runtime import current_runtime
+from rollout_contract.events import parse_object_created
+from rollout_contract.keys import is_result_key, parse_result_key
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+    from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+    from lambdas.ledger import Transition
+    from lambdas.runtime import Runtime
+
+
+def finish_event(body: str, rt: Runtime) -> Transition | None:
+    """Finish the rollout whose result an "Object Created" event announces; ``None`` if it is not ours.
+
+    Raises:
+        NotAnObjectCreatedEventError: the body is not such an event.
+        NoTokenError: no invoke-budget slot for the stop call; retry later.
+        RetryableAcrError: the stop call may pass later.
+    """
+    event = parse_object_created(body)
+    if event.bucket != rt.settings.results_bucket or not is_result_key(event.key):
+        logger.info("ignored an object that is not a result", extra={"bucket": event.bucket, "key": event.key})
+        return None
+    key = parse_result_key(event.key)
+    if key.exp_id != rt.settings.exp_id:
+        logger.warning("ignored a result of another experiment", extra={"key": event.key})
+        return None
+    logger.thread_safe_append_keys(session_id=key.session_id)
+    try:
+        return finish_rollout(rt.store.read(key), rt)
+    finally:
+        logger.thread_safe_remove_keys(["session_id"])
+
+
+def record_handler(record: SQSRecord) -> str | None:
+    """Handle one finisher-queue record."""
+    transition = finish_event(record.body, current_runtime())
+    return transition.value if transition else None
+
+
+processor = BatchProcessor(EventType.SQS, raise_on_entire_batch_failure=False)
+
+
+def handler(event: dict[str, Any], context: Any) -> PartialItemFailureResponse:
+    """Lambda entry point: a batch of finisher-queue records, partial batch failures reported."""
+    current_runtime()
+    try:
+        return process_partial_response(
+            event=event, record_handler=record_handler, processor=processor, context=context
+        )
+    finally:
+        flush_metrics()

@@ -1,0 +1,84 @@
+"""The one way a rollout becomes finished: stop its session, mark it finished, free its slot, count it.
+
+Used by the finisher (on every result event) and the sweeper (at the deadline). The session is stopped
+before the transition, so whoever finishes a rollout has also stopped it, and a later event for a
+finished rollout (a duplicate, or the sweeper's own ``timed_out`` result) changes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from lambdas.exceptions import FinalAcrError
+from lambdas.ledger import Transition
+from lambdas.observability import add_metric, emit_with_dimension, logger
+from rollout_contract import metrics as names
+from rollout_contract.results import Status
+from rollout_contract.sessions import SessionState
+
+if TYPE_CHECKING:
+    from lambdas.runtime import Runtime
+    from rollout_contract.results import RolloutResult
+
+#: ``ErrorInfo.type`` of a rollout that had no result by its deadline.
+DEADLINE_EXCEEDED = "DeadlineExceeded"
+
+
+def finish_rollout(result: RolloutResult, rt: Runtime) -> Transition:
+    """Stop the session of ``result``'s rollout (unless it never started), mark it finished, emit metrics.
+
+    Raises:
+        NoTokenError: no invoke-budget slot for the stop call; retry later.
+        RetryableAcrError: the stop call failed in a way that may pass; retry later.
+    """
+    session_id = result.session_id
+    record = rt.ledger.get(session_id)
+    if record is not None and record.state is SessionState.FINISHED:
+        logger.debug("rollout already finished", extra={"session_id": session_id})
+        return Transition.ALREADY_FINISHED
+    if result.status is not Status.DISPATCH_FAILED:
+        stop_session(session_id, rt)
+    finished_at = result.timings.finished_at or rt.clock()
+    transition = rt.ledger.finish(result.key, status=result.status, finished_at=finished_at)
+    if transition is not Transition.ALREADY_FINISHED:
+        logger.info(
+            "rollout finished",
+            extra={"session_id": session_id, "status": result.status.value, "slot_freed": transition.value},
+        )
+        emit_completion(result)
+    return transition
+
+
+def stop_session(session_id: str, rt: Runtime) -> None:
+    """Stop a session; a session ACR does not know is fine, a final error is logged and counted.
+
+    Raises:
+        NoTokenError: no invoke-budget slot for the stop call.
+        RetryableAcrError: the stop may pass later.
+    """
+    try:
+        stopped = rt.acr.stop(session_id)
+    except FinalAcrError as exc:
+        logger.error("StopRuntimeSession failed", extra={"session_id": session_id, "error_code": exc.code})
+        add_metric(names.STOP_FAILURES, 1)
+        return
+    if not stopped:
+        logger.debug("session was not running", extra={"session_id": session_id})
+
+
+def emit_completion(result: RolloutResult) -> None:
+    """Count a finished rollout by status; record its duration, delays and reward where known."""
+    emit_with_dimension(names.COMPLETED, names.STATUS_DIMENSION, result.status.value)
+    timings = result.timings
+    if timings.duration_s is not None:
+        add_metric(names.DURATION, timings.duration_s, MetricUnit.Seconds)
+    if timings.dispatch_delay_s is not None:
+        add_metric(names.QUEUE_DELAY, timings.dispatch_delay_s, MetricUnit.Seconds)
+    if timings.started_at is not None and timings.dispatched_at is not None:
+        add_metric(names.START_DELAY, timings.started_at - timings.dispatched_at, MetricUnit.Seconds)
+    reward = result.reward
+    if reward is not None and math.isfinite(reward):
+        add_metric(names.REWARD, reward, MetricUnit.NoUnit)

@@ -1,0 +1,525 @@
+"""The sessions table and the account's session-slot count, changed together or not at all.
+
+A rollout holds a slot exactly while its item carries ``inflight``. Every change that adds or removes
+``inflight`` is one DynamoDB transaction with the matching change to the slot count in the budget table
+(``total`` and the experiment's ``held#<exp_id>``), conditioned on the item's state, so a slot is taken
+once and freed once whoever (dispatcher, finisher, sweeper) gets there first. :meth:`Ledger.reconcile`
+sets the experiment's count from the inflight index, which repairs manual drift, and drops the counts of
+experiments whose sweeper stopped running (a destroyed stack).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from lambdas.observability import logger
+from rollout_contract.budgets import (
+    ATTR_TOTAL,
+    HELD_PREFIX,
+    SESSION_BUDGET_ID,
+    held_attribute,
+    seen_attribute,
+)
+from rollout_contract.resources import BUDGET_PARTITION_KEY, INFLIGHT_INDEX, SESSIONS_PARTITION_KEY, TTL_ATTRIBUTE
+from rollout_contract.results import Status
+from rollout_contract.sessions import (
+    ATTR_ATTEMPTS,
+    ATTR_DEADLINE_AT,
+    ATTR_DISPATCHED_AT,
+    ATTR_EXP_ID,
+    ATTR_FINISHED_AT,
+    ATTR_INFLIGHT,
+    ATTR_INPUT_ID,
+    ATTR_LEASE_OWNER,
+    ATTR_LEASE_UNTIL,
+    ATTR_STATE,
+    ATTR_STATUS,
+    ATTR_SUBMITTED_AT,
+    INFLIGHT_MARK,
+    SessionState,
+)
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
+
+    from rollout_contract.keys import ResultKey
+    from rollout_contract.messages import DispatchRequest
+
+#: How long a sessions-table item outlives its deadline or its end (TTL), in seconds.
+RECORD_TTL_S = 7 * 24 * 3600
+#: An experiment whose sweeper has not run for this long is gone; its slot count is dropped.
+STALE_EXPERIMENT_S = 15 * 60
+_CONDITION_FAILED = "ConditionalCheckFailedException"
+_TXN_CANCELLED = "TransactionCanceledException"
+_REASON_CONDITION = "ConditionalCheckFailed"
+_FINISH_ROUNDS = 4
+
+
+class Admission(StrEnum):
+    """Outcome of asking for a session slot."""
+
+    ADMITTED = "admitted"
+    NO_SLOT = "no_slot"
+    STATE_CHANGED = "state_changed"
+
+
+class Transition(StrEnum):
+    """Outcome of :meth:`Ledger.finish`."""
+
+    RELEASED = "released"  # this call finished the rollout and freed its slot
+    FINISHED = "finished"  # this call finished a rollout that held no slot
+    ALREADY_FINISHED = "already_finished"  # someone else finished it first
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """One sessions-table item."""
+
+    session_id: str
+    state: SessionState
+    exp_id: str | None = None
+    input_id: str | None = None
+    status: str | None = None
+    submitted_at: float | None = None
+    dispatched_at: float | None = None
+    deadline_at: float | None = None
+    attempts: int = 0
+    inflight: bool = False
+    lease_owner: str | None = None
+    lease_until: float | None = None
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Mapping[str, str]]) -> SessionRecord:
+        """Read a DynamoDB item in its wire shape."""
+
+        def text(name: str) -> str | None:
+            return item[name]["S"] if name in item else None
+
+        def number(name: str) -> float | None:
+            return float(item[name]["N"]) if name in item else None
+
+        return cls(
+            session_id=item[SESSIONS_PARTITION_KEY]["S"],
+            state=SessionState(item[ATTR_STATE]["S"]),
+            exp_id=text(ATTR_EXP_ID),
+            input_id=text(ATTR_INPUT_ID),
+            status=text(ATTR_STATUS),
+            submitted_at=number(ATTR_SUBMITTED_AT),
+            dispatched_at=number(ATTR_DISPATCHED_AT),
+            deadline_at=number(ATTR_DEADLINE_AT),
+            attempts=int(number(ATTR_ATTEMPTS) or 0),
+            inflight=ATTR_INFLIGHT in item,
+            lease_owner=text(ATTR_LEASE_OWNER),
+            lease_until=number(ATTR_LEASE_UNTIL),
+        )
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    """What :meth:`Ledger.reconcile` saw and did."""
+
+    inflight: int
+    held_before: int
+    applied: bool
+    dropped_experiments: tuple[str, ...] = ()
+
+
+class Ledger:
+    """One experiment's sessions table plus its share of the account-wide session-slot count."""
+
+    def __init__(
+        self,
+        dynamodb: BaseClient,
+        *,
+        sessions_table: str,
+        budget_table: str,
+        exp_id: str,
+        session_budget: int,
+    ) -> None:
+        self._dynamodb = dynamodb
+        self._sessions = sessions_table
+        self._budgets = budget_table
+        self._exp_id = exp_id
+        self._session_budget = session_budget
+        self._held = held_attribute(exp_id)
+
+    def get(self, session_id: str) -> SessionRecord | None:
+        """Read a rollout's item (strongly consistent), or ``None`` when it has none."""
+        item = self._dynamodb.get_item(TableName=self._sessions, Key=_key(session_id), ConsistentRead=True).get("Item")
+        return SessionRecord.from_item(item) if item else None
+
+    def record_queued(self, request: DispatchRequest) -> bool:
+        """Record a new rollout as ``queued``; ``False`` when it was recorded before."""
+        item = {
+            **_key(request.session_id),
+            ATTR_STATE: _s(SessionState.QUEUED),
+            ATTR_EXP_ID: _s(request.exp_id),
+            ATTR_INPUT_ID: _s(request.input_id),
+            ATTR_SUBMITTED_AT: _n(request.submitted_at),
+            ATTR_DEADLINE_AT: _n(request.deadline_at),
+            ATTR_ATTEMPTS: _n(0),
+            TTL_ATTRIBUTE: _n(int(request.deadline_at) + RECORD_TTL_S),
+        }
+        return self._conditional(
+            self._dynamodb.put_item,
+            TableName=self._sessions,
+            Item=item,
+            ConditionExpression="attribute_not_exists(#pk)",
+            ExpressionAttributeNames={"#pk": SESSIONS_PARTITION_KEY},
+        )
+
+    def admit(self, session_id: str, *, owner: str, lease_until: float) -> Admission:
+        """Take a session slot for a ``queued`` rollout and lease it to ``owner``."""
+        reasons = self._transact(
+            {
+                "Update": {
+                    "TableName": self._sessions,
+                    "Key": _key(session_id),
+                    "UpdateExpression": "SET #state = :admitted, #inflight = :mark, #owner = :owner, #lease = :lease",
+                    "ConditionExpression": "#state = :queued",
+                    "ExpressionAttributeNames": {
+                        "#state": ATTR_STATE,
+                        "#inflight": ATTR_INFLIGHT,
+                        "#owner": ATTR_LEASE_OWNER,
+                        "#lease": ATTR_LEASE_UNTIL,
+                    },
+                    "ExpressionAttributeValues": {
+                        ":admitted": _s(SessionState.ADMITTED),
+                        ":queued": _s(SessionState.QUEUED),
+                        ":mark": _s(INFLIGHT_MARK),
+                        ":owner": _s(owner),
+                        ":lease": _n(lease_until),
+                    },
+                }
+            },
+            self._take_slot(),
+        )
+        if reasons is None:
+            return Admission.ADMITTED
+        if reasons[0] == _REASON_CONDITION:
+            return Admission.STATE_CHANGED
+        return Admission.NO_SLOT
+
+    def take_over(
+        self, session_id: str, *, owner: str, previous_owner: str | None, now: float, lease_until: float
+    ) -> bool:
+        """Take over an ``admitted`` rollout whose lease expired (its dispatcher died); keeps its slot."""
+        return self._conditional(
+            self._dynamodb.update_item,
+            TableName=self._sessions,
+            Key=_key(session_id),
+            UpdateExpression="SET #owner = :owner, #lease = :lease",
+            ConditionExpression="#state = :admitted AND #lease < :now AND #owner = :previous",
+            ExpressionAttributeNames={"#state": ATTR_STATE, "#owner": ATTR_LEASE_OWNER, "#lease": ATTR_LEASE_UNTIL},
+            ExpressionAttributeValues={
+                ":owner": _s(owner),
+                ":previous": _s(previous_owner or ""),
+                ":lease": _n(lease_until),
+                ":now": _n(now),
+                ":admitted": _s(SessionState.ADMITTED),
+            },
+        )
+
+    def mark_invoking(self, session_id: str, *, owner: str, dispatched_at: float) -> int | None:
+        """Count an invoke attempt by ``owner``; return the attempts so far, or ``None`` if it lost the lease."""
+        try:
+            response = self._dynamodb.update_item(
+                TableName=self._sessions,
+                Key=_key(session_id),
+                UpdateExpression="SET #dispatched = :at ADD #attempts :one",
+                ConditionExpression="#state = :admitted AND #owner = :owner",
+                ExpressionAttributeNames={
+                    "#dispatched": ATTR_DISPATCHED_AT,
+                    "#attempts": ATTR_ATTEMPTS,
+                    "#state": ATTR_STATE,
+                    "#owner": ATTR_LEASE_OWNER,
+                },
+                ExpressionAttributeValues={
+                    ":at": _n(dispatched_at),
+                    ":one": _n(1),
+                    ":admitted": _s(SessionState.ADMITTED),
+                    ":owner": _s(owner),
+                },
+                ReturnValues="UPDATED_NEW",
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == _CONDITION_FAILED:
+                return None
+            raise
+        return int(response["Attributes"][ATTR_ATTEMPTS]["N"])
+
+    def mark_running(self, session_id: str, *, owner: str) -> bool:
+        """Record that the invoke succeeded; ``False`` when the rollout ended meanwhile (cancel, deadline)."""
+        return self._conditional(
+            self._dynamodb.update_item,
+            TableName=self._sessions,
+            Key=_key(session_id),
+            UpdateExpression="SET #state = :running REMOVE #owner, #lease",
+            ConditionExpression="#state = :admitted AND #owner = :owner",
+            ExpressionAttributeNames={"#state": ATTR_STATE, "#owner": ATTR_LEASE_OWNER, "#lease": ATTR_LEASE_UNTIL},
+            ExpressionAttributeValues={
+                ":running": _s(SessionState.RUNNING),
+                ":admitted": _s(SessionState.ADMITTED),
+                ":owner": _s(owner),
+            },
+        )
+
+    def release_to_queued(self, session_id: str, *, owner: str) -> bool:
+        """Put an ``admitted`` rollout back to ``queued`` and free its slot; ``False`` if ``owner`` lost it."""
+        session_update = {
+            "TableName": self._sessions,
+            "Key": _key(session_id),
+            "UpdateExpression": "SET #state = :queued REMOVE #inflight, #owner, #lease",
+            "ConditionExpression": "#state = :admitted AND #owner = :owner AND attribute_exists(#inflight)",
+            "ExpressionAttributeNames": {
+                "#state": ATTR_STATE,
+                "#inflight": ATTR_INFLIGHT,
+                "#owner": ATTR_LEASE_OWNER,
+                "#lease": ATTR_LEASE_UNTIL,
+            },
+            "ExpressionAttributeValues": {
+                ":queued": _s(SessionState.QUEUED),
+                ":admitted": _s(SessionState.ADMITTED),
+                ":owner": _s(owner),
+            },
+        }
+        reasons = self._transact({"Update": session_update}, self._free_slot())
+        if reasons is None:
+            return True
+        if reasons[0] == _REASON_CONDITION:
+            return False
+        self._warn_count_at_zero(session_id)
+        return self._conditional(self._dynamodb.update_item, **session_update)
+
+    def finish(self, key: ResultKey, *, status: Status, finished_at: float) -> Transition:
+        """Mark a rollout finished with ``status`` and free its slot if it holds one (exactly once)."""
+        values = {
+            ":finished": _s(SessionState.FINISHED),
+            ":status": _s(status),
+            ":at": _n(finished_at),
+            ":exp": _s(key.exp_id),
+            ":input": _s(key.input_id),
+            ":ttl": _n(int(finished_at) + RECORD_TTL_S),
+        }
+        names = {
+            "#state": ATTR_STATE,
+            "#status": ATTR_STATUS,
+            "#finished": ATTR_FINISHED_AT,
+            "#exp": ATTR_EXP_ID,
+            "#input": ATTR_INPUT_ID,
+            "#ttl": TTL_ATTRIBUTE,
+            "#inflight": ATTR_INFLIGHT,
+            "#owner": ATTR_LEASE_OWNER,
+            "#lease": ATTR_LEASE_UNTIL,
+        }
+        update = {
+            "TableName": self._sessions,
+            "Key": _key(key.session_id),
+            "UpdateExpression": (
+                "SET #state = :finished, #status = :status, #finished = :at, #exp = :exp, #input = :input, "
+                "#ttl = :ttl REMOVE #inflight, #owner, #lease"
+            ),
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+        }
+        holding = {**update, "ConditionExpression": "attribute_exists(#inflight)"}
+        not_holding = {
+            **update,
+            "ConditionExpression": "attribute_not_exists(#inflight) AND "
+            "(attribute_not_exists(#state) OR #state <> :finished)",
+        }
+        for _ in range(_FINISH_ROUNDS):
+            reasons = self._transact({"Update": holding}, self._free_slot())
+            if reasons is None:
+                return Transition.RELEASED
+            if reasons[0] != _REASON_CONDITION:
+                self._warn_count_at_zero(key.session_id)
+                if self._conditional(self._dynamodb.update_item, **holding):
+                    return Transition.RELEASED
+                continue
+            if self._conditional(self._dynamodb.update_item, **not_holding):
+                return Transition.FINISHED
+            record = self.get(key.session_id)
+            if record is not None and record.state is SessionState.FINISHED:
+                return Transition.ALREADY_FINISHED
+        raise RuntimeError(f"session {key.session_id} kept changing while being finished; retry the event")
+
+    def overdue(self, now: float) -> Iterator[SessionRecord]:
+        """Yield the rollouts holding a slot whose deadline is before ``now``, earliest first."""
+        yield from self._query_inflight(
+            KeyConditionExpression="#inflight = :mark AND #deadline < :now",
+            ExpressionAttributeNames={"#inflight": INFLIGHT_INDEX.partition_key, "#deadline": INFLIGHT_INDEX.sort_key},
+            ExpressionAttributeValues={":mark": _s(INFLIGHT_MARK), ":now": _n(now)},
+        )
+
+    def count_inflight(self) -> int:
+        """Count this experiment's rollouts that hold a slot (from the inflight index)."""
+        pages = self._dynamodb.get_paginator("query").paginate(
+            TableName=self._sessions,
+            IndexName=INFLIGHT_INDEX.name,
+            KeyConditionExpression="#inflight = :mark",
+            ExpressionAttributeNames={"#inflight": INFLIGHT_INDEX.partition_key},
+            ExpressionAttributeValues={":mark": _s(INFLIGHT_MARK)},
+            Select="COUNT",
+        )
+        return sum(page["Count"] for page in pages)
+
+    def slots_held(self) -> tuple[int, int]:
+        """Return ``(held by this experiment, total held in the account)``."""
+        item = self._budget_item()
+        return _count(item, self._held), _count(item, ATTR_TOTAL)
+
+    def reconcile(self, now: float) -> Reconciliation:
+        """Set this experiment's slot count to its inflight items and drop experiments that are gone.
+
+        The count is read before the index and written only if it did not change meanwhile (else the
+        next sweep tries again), so concurrent takes and frees are never lost.
+        """
+        item = self._budget_item()
+        inflight = self.count_inflight()
+        held_before = _count(item, self._held)
+        others: dict[str, int] = {}
+        stale: list[str] = []
+        for name, value in item.items():
+            if not name.startswith(HELD_PREFIX) or name == self._held:
+                continue
+            exp_id = name[len(HELD_PREFIX) :]
+            seen = item.get(seen_attribute(exp_id))
+            if seen is not None and now - float(seen["N"]) > STALE_EXPERIMENT_S:
+                stale.append(exp_id)
+            else:
+                others[exp_id] = int(value["N"])
+        names = {"#total": ATTR_TOTAL, "#held": self._held, "#seen": seen_attribute(self._exp_id)}
+        values = {
+            ":total": _n(inflight + sum(others.values())),
+            ":held": _n(inflight),
+            ":now": _n(now),
+        }
+        conditions = [
+            _unchanged(item, "#total", ATTR_TOTAL, ":old_total", values),
+            _unchanged(item, "#held", self._held, ":old_held", values),
+        ]
+        removals = []
+        for index, exp_id in enumerate(stale):
+            names[f"#stale_held{index}"] = held_attribute(exp_id)
+            names[f"#stale_seen{index}"] = seen_attribute(exp_id)
+            values[f":stale_seen{index}"] = item[seen_attribute(exp_id)]
+            conditions.append(f"#stale_seen{index} = :stale_seen{index}")
+            removals += [f"#stale_held{index}", f"#stale_seen{index}"]
+        expression = "SET #total = :total, #held = :held, #seen = :now"
+        if removals:
+            expression += " REMOVE " + ", ".join(removals)
+        applied = self._conditional(
+            self._dynamodb.update_item,
+            TableName=self._budgets,
+            Key=_budget_key(),
+            UpdateExpression=expression,
+            ConditionExpression=" AND ".join(conditions),
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )
+        if applied and (inflight != held_before or stale):
+            logger.warning(
+                "session slot count reconciled",
+                extra={"held_before": held_before, "inflight": inflight, "dropped_experiments": stale},
+            )
+        return Reconciliation(inflight, held_before, applied, tuple(stale) if applied else ())
+
+    def _take_slot(self) -> dict[str, Any]:
+        return {
+            "Update": {
+                "TableName": self._budgets,
+                "Key": _budget_key(),
+                "UpdateExpression": "SET #total = if_not_exists(#total, :zero) + :one, "
+                "#held = if_not_exists(#held, :zero) + :one",
+                "ConditionExpression": "attribute_not_exists(#total) OR #total < :budget",
+                "ExpressionAttributeNames": {"#total": ATTR_TOTAL, "#held": self._held},
+                "ExpressionAttributeValues": {":zero": _n(0), ":one": _n(1), ":budget": _n(self._session_budget)},
+            }
+        }
+
+    def _free_slot(self) -> dict[str, Any]:
+        return {
+            "Update": {
+                "TableName": self._budgets,
+                "Key": _budget_key(),
+                "UpdateExpression": "SET #total = #total - :one, #held = #held - :one",
+                "ConditionExpression": "#total > :zero AND #held > :zero",
+                "ExpressionAttributeNames": {"#total": ATTR_TOTAL, "#held": self._held},
+                "ExpressionAttributeValues": {":zero": _n(0), ":one": _n(1)},
+            }
+        }
+
+    def _budget_item(self) -> dict[str, Any]:
+        return (
+            self._dynamodb.get_item(TableName=self._budgets, Key=_budget_key(), ConsistentRead=True).get("Item") or {}
+        )
+
+    def _query_inflight(self, **query: Any) -> Iterator[SessionRecord]:
+        pages = self._dynamodb.get_paginator("query").paginate(
+            TableName=self._sessions, IndexName=INFLIGHT_INDEX.name, **query
+        )
+        for page in pages:
+            for item in page["Items"]:
+                yield SessionRecord.from_item(item)
+
+    def _transact(self, *items: dict[str, Any]) -> list[str] | None:
+        """Run a transaction; return ``None`` on success, else each item's cancellation reason code."""
+        try:
+            self._dynamodb.transact_write_items(TransactItems=list(items))
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != _TXN_CANCELLED:
+                raise
+            reasons = [reason.get("Code", "None") for reason in exc.response.get("CancellationReasons", [])]
+            if _REASON_CONDITION not in reasons:
+                raise
+            return reasons
+        return None
+
+    def _warn_count_at_zero(self, session_id: str) -> None:
+        logger.warning(
+            "session slot count already at zero while freeing a slot; the sweeper's reconcile repairs it",
+            extra={"session_id": session_id},
+        )
+
+    @staticmethod
+    def _conditional(call: Any, **request: Any) -> bool:
+        try:
+            call(**request)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == _CONDITION_FAILED:
+                return False
+            raise
+        return True
+
+
+def _unchanged(item: Mapping[str, Any], placeholder: str, name: str, value_name: str, values: dict[str, Any]) -> str:
+    if name not in item:
+        return f"attribute_not_exists({placeholder})"
+    values[value_name] = item[name]
+    return f"{placeholder} = {value_name}"
+
+
+def _count(item: Mapping[str, Any], name: str) -> int:
+    return int(item[name]["N"]) if name in item else 0
+
+
+def _key(session_id: str) -> dict[str, dict[str, str]]:
+    return {SESSIONS_PARTITION_KEY: _s(session_id)}
+
+
+def _budget_key() -> dict[str, dict[str, str]]:
+    return {BUDGET_PARTITION_KEY: _s(SESSION_BUDGET_ID)}
+
+
+def _s(value: str) -> dict[str, str]:
+    return {"S": str(value)}
+
+
+def _n(value: float) -> dict[str, str]:
+    return {"N": repr(value) if isinstance(value, float) else str(value)}

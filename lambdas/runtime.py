@@ -1,0 +1,111 @@
+"""Settings and clients of one Lambda process, built on the first handler call and reused after."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+import boto3
+
+from lambdas.acr import CLIENT_CONFIG, Acr
+from lambdas.ledger import Ledger
+from lambdas.observability import bind_experiment
+from lambdas.store import ResultStore
+from lambdas.tps import TpsBudget
+from rollout_contract.resources import ExperimentResources, HandlerSettings
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
+
+#: Longest a caller waits for an invoke slot before giving up (the dispatcher then re-queues).
+MAX_TOKEN_WAIT_S = 5.0
+
+
+class AwsClients(NamedTuple):
+    """The boto3 clients the functions use (endpoints from ``AWS_ENDPOINT_URL_*`` when set)."""
+
+    s3: BaseClient
+    sqs: BaseClient
+    dynamodb: BaseClient
+    agentcore: BaseClient
+
+    @classmethod
+    def default(cls) -> AwsClients:
+        """Build default clients; ``bedrock-agentcore`` never retries on its own (see ``lambdas.acr``)."""
+        return cls(
+            s3=boto3.client("s3"),
+            sqs=boto3.client("sqs"),
+            dynamodb=boto3.client("dynamodb"),
+            agentcore=boto3.client("bedrock-agentcore", config=CLIENT_CONFIG),
+        )
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Everything a handler's work needs: settings, clients and the pieces built on them."""
+
+    settings: HandlerSettings
+    resources: ExperimentResources
+    clients: AwsClients
+    ledger: Ledger
+    store: ResultStore
+    acr: Acr
+    clock: Callable[[], float]
+
+    @classmethod
+    def build(
+        cls,
+        settings: HandlerSettings,
+        clients: AwsClients | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        max_token_wait_s: float = MAX_TOKEN_WAIT_S,
+    ) -> Runtime:
+        """Wire the pieces for ``settings`` (default clients unless ``clients`` is given)."""
+        clients = clients or AwsClients.default()
+        tps = TpsBudget(
+            clients.dynamodb,
+            table=settings.budget_table,
+            runtime_arn=settings.runtime_arn,
+            qualifier=settings.runtime_qualifier,
+            limit=settings.tps_limit,
+            clock=clock,
+            sleep=sleep,
+        )
+        return cls(
+            settings=settings,
+            resources=ExperimentResources.for_experiment(settings.exp_id),
+            clients=clients,
+            ledger=Ledger(
+                clients.dynamodb,
+                sessions_table=settings.sessions_table,
+                budget_table=settings.budget_table,
+                exp_id=settings.exp_id,
+                session_budget=settings.session_budget,
+            ),
+            store=ResultStore(clients.s3, bucket=settings.results_bucket),
+            acr=Acr(
+                clients.agentcore,
+                tps=tps,
+                runtime_arn=settings.runtime_arn,
+                qualifier=settings.runtime_qualifier,
+                max_wait_s=max_token_wait_s,
+            ),
+            clock=clock,
+        )
+
+
+@functools.cache
+def current_runtime() -> Runtime:
+    """The process's runtime, from ``ROLLOUTS_*`` variables (built once; ``cache_clear()`` rebuilds it).
+
+    Raises:
+        pydantic.ValidationError: a required ``ROLLOUTS_*`` variable is missing or invalid.
+    """
+    settings = HandlerSettings.from_env()
+    bind_experiment(settings.exp_id)
+    return Runtime.build(settings)

@@ -1,0 +1,78 @@
+"""Terminal results in the results bucket: written first-writer-wins, read back by the finisher."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from botocore.exceptions import ClientError
+
+from rollout_contract.results import RolloutResult
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
+
+    from rollout_contract.keys import ResultKey
+
+_PRECONDITION_FAILED = "PreconditionFailed"
+_NOT_FOUND = frozenset({"404", "NoSuchKey", "NotFound"})
+
+
+class Stored(NamedTuple):
+    """The result that is stored for a rollout, and whether this writer put it there."""
+
+    result: RolloutResult
+    written: bool
+
+
+class ResultStore:
+    """The experiment's result objects and parked payloads in one bucket."""
+
+    def __init__(self, s3: BaseClient, *, bucket: str) -> None:
+        self._s3 = s3
+        self.bucket = bucket
+
+    def write_first(self, result: RolloutResult) -> Stored:
+        """Write ``result`` unless a result exists already (first writer wins); return what is stored."""
+        try:
+            self._s3.put_object(
+                Bucket=self.bucket,
+                Key=result.result_key,
+                Body=result.to_json_bytes(),
+                ContentType="application/json",
+                IfNoneMatch="*",
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != _PRECONDITION_FAILED:
+                raise
+            return Stored(self.read(result.key), written=False)
+        return Stored(result, written=True)
+
+    def read(self, key: ResultKey) -> RolloutResult:
+        """Read a stored result (raises botocore's ``NoSuchKey`` when there is none)."""
+        body = self._s3.get_object(Bucket=self.bucket, Key=str(key))["Body"]
+        with body:
+            return RolloutResult.from_json_bytes(body.read())
+
+    def exists(self, key: ResultKey) -> bool:
+        """Whether a result object exists for ``key``."""
+        try:
+            self._s3.head_object(Bucket=self.bucket, Key=str(key))
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in _NOT_FOUND:
+                return False
+            raise
+        return True
+
+    def read_payload(self, payload_key: str) -> dict[str, Any]:
+        """Read a payload parked by the trainer at ``payload_key`` (a JSON object).
+
+        Raises:
+            ValueError: the object is not a JSON object.
+        """
+        body = self._s3.get_object(Bucket=self.bucket, Key=payload_key)["Body"]
+        with body:
+            payload = json.loads(body.read())
+        if not isinstance(payload, dict):
+            raise ValueError(f"payload at s3://{self.bucket}/{payload_key} must be a JSON object")
+        return payload

@@ -1,0 +1,282 @@
+"""Fixtures: moto in-process for S3, SQS and DynamoDB, and an ACR double on 127.0.0.1 that speaks HTTP.
+
+The ACR double answers ``POST /runtimes/{arn}/invocations`` and ``/stopruntimesession`` like the real
+data plane (status code, ``x-amzn-ErrorType`` header, JSON message) from a script, and records every
+call. It is reached through a real boto3 ``bedrock-agentcore`` client; ``mock_aws`` passes requests for
+services moto does not implement through to the endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import defaultdict, deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from lambdas.acr import CLIENT_CONFIG
+from lambdas.observability import metrics
+from lambdas.runtime import AwsClients, Runtime, current_runtime
+from rollout_contract.messages import CancelRequest, DispatchRequest
+from rollout_contract.protocol import ERROR_TYPE_HEADER, SESSION_HEADER, AcrError
+from rollout_contract.resources import (
+    BUDGET_TABLE,
+    ExperimentResources,
+    HandlerSettings,
+    TableSpec,
+    result_event_pattern,
+)
+
+REGION = "us-east-1"
+EXP_ID = "exp-lambdas"
+BUCKET = "results-bucket"
+RUNTIME_ARN = "arn:aws:bedrock-agentcore:us-east-1:123456789012:runtime/rollout_exp-abc123"
+INVOKE = "invocations"
+STOP = "stopruntimesession"
+
+
+@dataclass
+class AcrCall:
+    """One request the double received."""
+
+    operation: str
+    session_id: str
+    body: dict[str, Any]
+    at: float
+
+
+@dataclass
+class AcrDouble:
+    """Scripted ACR data plane: per operation, a queue of errors to answer before answering 200."""
+
+    url: str = ""
+    calls: list[AcrCall] = field(default_factory=list)
+    script: dict[str, deque[AcrError]] = field(default_factory=lambda: defaultdict(deque))
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def fail_next(self, operation: str, *errors: AcrError) -> None:
+        """Answer the next calls of ``operation`` with ``errors``, in order."""
+        with self.lock:
+            self.script[operation].extend(errors)
+
+    def calls_of(self, operation: str, session_id: str | None = None) -> list[AcrCall]:
+        """The calls of ``operation`` received so far (for ``session_id`` if given)."""
+        with self.lock:
+            return [
+                c for c in self.calls if c.operation == operation and (session_id is None or c.session_id == session_id)
+            ]
+
+    def answer(self, operation: str, session_id: str, body: dict[str, Any]) -> AcrError | None:
+        with self.lock:
+            self.calls.append(AcrCall(operation, session_id, body, time.time()))
+            queue = self.script[operation]
+            return queue.popleft() if queue else None
+
+
+def _handler_class(double: AcrDouble) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            path = urlsplit(self.path).path
+            parts = path.strip("/").split("/")
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            if len(parts) != 3 or parts[0] != "runtimes" or unquote(parts[1]) != RUNTIME_ARN:
+                self._send(404, {"message": f"no such runtime path {path}"}, "ResourceNotFoundException")
+                return
+            error = double.answer(parts[2], self.headers.get(SESSION_HEADER, ""), json.loads(raw or b"{}"))
+            if error is not None:
+                self._send(error.http_status, {"message": f"scripted {error.code}"}, error.code)
+            elif parts[2] == INVOKE:
+                self._send(200, {"status": "processing"})
+            else:
+                self._send(200, {"runtimeSessionId": self.headers.get(SESSION_HEADER)})
+
+        def _send(self, status: int, body: dict[str, Any], error_type: str | None = None) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header(SESSION_HEADER, self.headers.get(SESSION_HEADER, ""))
+            if error_type:
+                self.send_header(ERROR_TYPE_HEADER, error_type)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+            return
+
+    return Handler
+
+
+@pytest.fixture
+def acr() -> Iterator[AcrDouble]:
+    """An ACR double listening on 127.0.0.1, port chosen by the OS; stopped after the test."""
+    double = AcrDouble()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_class(double))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    double.url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield double
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.fixture
+def settings() -> HandlerSettings:
+    resources = ExperimentResources.for_experiment(EXP_ID)
+    return HandlerSettings(
+        exp_id=EXP_ID,
+        results_bucket=BUCKET,
+        sessions_table=resources.sessions_table.name,
+        budget_table=BUDGET_TABLE.name,
+        runtime_arn=RUNTIME_ARN,
+        dispatch_queue_url=f"https://sqs.{REGION}.amazonaws.com/123456789012/{resources.dispatch_queue.name}",
+        tps_limit=50,
+        session_budget=3,
+        max_dispatch_attempts=3,
+    )
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """moto for everything moto implements; fake credentials; metrics and runtime cache cleared."""
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_REGION": REGION,
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    metrics.clear_metrics()
+    current_runtime.cache_clear()
+    with mock_aws():
+        yield
+    metrics.clear_metrics()
+    current_runtime.cache_clear()
+
+
+def create_table(dynamodb: Any, spec: TableSpec) -> None:
+    """Create a table from its contract definition."""
+    attributes = {spec.partition_key: "S"}
+    indexes = []
+    for index in spec.indexes:
+        attributes[index.partition_key] = "S"
+        attributes[index.sort_key] = "N"
+        indexes.append(
+            {
+                "IndexName": index.name,
+                "KeySchema": [
+                    {"AttributeName": index.partition_key, "KeyType": "HASH"},
+                    {"AttributeName": index.sort_key, "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+        )
+    request: dict[str, Any] = {
+        "TableName": spec.name,
+        "KeySchema": [{"AttributeName": spec.partition_key, "KeyType": "HASH"}],
+        "AttributeDefinitions": [{"AttributeName": n, "AttributeType": t} for n, t in attributes.items()],
+        "BillingMode": "PAY_PER_REQUEST",
+    }
+    if indexes:
+        request["GlobalSecondaryIndexes"] = indexes
+    dynamodb.create_table(**request)
+
+
+@dataclass
+class Env:
+    """One provisioned experiment: its runtime (real clients: moto and the ACR double) and helpers."""
+
+    rt: Runtime
+    acr: AcrDouble
+    dispatch_queue_url: str
+    finisher_queue_url: str
+
+    def start_request(self, *, timeout_s: float = 600, **fields: Any) -> DispatchRequest:
+        """A start message with a fresh session id (``fields`` override the defaults, payload included)."""
+        values: dict[str, Any] = {"payload": {"prompt": "2+2"}, **fields}
+        return DispatchRequest(
+            exp_id=EXP_ID, input_id="problem-1", session_id=str(uuid.uuid4()), timeout_s=timeout_s, **values
+        )
+
+    def cancel_request(self, request: DispatchRequest) -> CancelRequest:
+        return CancelRequest(exp_id=request.exp_id, input_id=request.input_id, session_id=request.session_id)
+
+    def receive(self, queue_url: str, *, max_messages: int = 10) -> list[dict[str, Any]]:
+        """Receive what is visible now, with the attributes Lambda's event source passes."""
+        response = self.rt.clients.sqs.receive_message(
+            QueueUrl=queue_url, MaxNumberOfMessages=max_messages, AttributeNames=["All"], WaitTimeSeconds=0
+        )
+        return response.get("Messages", [])
+
+
+@pytest.fixture
+def env(aws: None, acr: AcrDouble, settings: HandlerSettings, monkeypatch: pytest.MonkeyPatch) -> Env:
+    """Bucket, tables and queues from the contract's definitions, and a runtime wired to them."""
+    resources = ExperimentResources.for_experiment(EXP_ID)
+    s3 = boto3.client("s3", region_name=REGION)
+    sqs = boto3.client("sqs", region_name=REGION)
+    dynamodb = boto3.client("dynamodb", region_name=REGION)
+    events = boto3.client("events", region_name=REGION)
+    s3.create_bucket(Bucket=BUCKET)
+    create_table(dynamodb, resources.sessions_table)
+    create_table(dynamodb, BUDGET_TABLE)
+    visibility = str(resources.dispatch_queue.visibility_timeout_s)
+    dispatch_url = sqs.create_queue(
+        QueueName=resources.dispatch_queue.name, Attributes={"VisibilityTimeout": visibility}
+    )["QueueUrl"]
+    finisher_url = sqs.create_queue(QueueName=resources.finisher_queue.name)["QueueUrl"]
+    finisher_arn = sqs.get_queue_attributes(QueueUrl=finisher_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    s3.put_bucket_notification_configuration(Bucket=BUCKET, NotificationConfiguration={"EventBridgeConfiguration": {}})
+    events.put_rule(Name=resources.result_rule_name, EventPattern=json.dumps(result_event_pattern(BUCKET, EXP_ID)))
+    events.put_targets(Rule=resources.result_rule_name, Targets=[{"Id": "finisher", "Arn": finisher_arn}])
+    settings = settings.model_copy(update={"dispatch_queue_url": dispatch_url})
+    agentcore = boto3.client("bedrock-agentcore", region_name=REGION, endpoint_url=acr.url, config=CLIENT_CONFIG)
+    for name, value in settings.to_env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE", acr.url)
+    rt = Runtime.build(settings, AwsClients(s3=s3, sqs=sqs, dynamodb=dynamodb, agentcore=agentcore))
+    return Env(rt=rt, acr=acr, dispatch_queue_url=dispatch_url, finisher_queue_url=finisher_url)
+
+
+def sqs_event(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Lambda SQS event for received messages (what the event source mapping passes)."""
+    return {
+        "Records": [
+            {
+                "messageId": m["MessageId"],
+                "receiptHandle": m["ReceiptHandle"],
+                "body": m["Body"],
+                "attributes": m.get("Attributes", {}),
+                "messageAttributes": {},
+                "md5OfBody": m["MD5OfBody"],
+                "eventSource": "aws:sqs",
+                "eventSourceARN": f"arn:aws:sqs:{REGION}:123456789012:queue",
+                "awsRegion": REGION,
+            }
+            for m in messages
+        ]
+    }
+
+
+def failed_ids(response: dict[str, Any]) -> set[str]:
+    """Message ids a handler reported as failed."""
+    return {item["itemIdentifier"] for item in response["batchItemFailures"]}

@@ -1,0 +1,344 @@
+"""The dispatcher against moto and the ACR double: once-only starts, budgets, errors, cancels."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+
+from lambdas import dispatcher
+from lambdas.dispatcher import DispatchOutcome, dispatch, retry_delay_s
+from lambdas.exceptions import RequeueError
+from lambdas.ledger import Admission
+from rollout_contract.budgets import ATTR_NEXT_AT, tps_budget_id
+from rollout_contract.keys import payload_ref_key
+from rollout_contract.protocol import (
+    ACCESS_DENIED,
+    INTERNAL_SERVER,
+    RESOURCE_NOT_FOUND,
+    RETRYABLE_CONFLICT,
+    RUNTIME_CLIENT_ERROR,
+    SERVICE_QUOTA_EXCEEDED,
+    THROTTLING,
+    VALIDATION,
+)
+from rollout_contract.resources import BUDGET_PARTITION_KEY
+from rollout_contract.results import ROLLOUT_FIELD, Status
+from rollout_contract.sessions import SessionState
+from tests.lambdas.conftest import BUCKET, EXP_ID, INVOKE, STOP, Env, failed_ids, sqs_event
+
+
+def send_and_receive(env: Env, *bodies: str) -> list[dict]:
+    for body in bodies:
+        env.rt.clients.sqs.send_message(QueueUrl=env.dispatch_queue_url, MessageBody=body)
+    return env.receive(env.dispatch_queue_url)
+
+
+def test_start_message_invokes_the_session_once_with_ids_and_timings(env: Env) -> None:
+    # GIVEN a start message on the dispatch queue
+    request = env.start_request(rollout={"base_url": "http://gateway/v1"})
+    messages = send_and_receive(env, request.to_body())
+
+    # WHEN the handler runs on the batch
+    response = dispatcher.handler(sqs_event(messages), None)
+
+    # THEN ACR got one invoke for the session, with the save target and timings in _rollout
+    assert response == {"batchItemFailures": []}
+    (call,) = env.acr.calls_of(INVOKE)
+    assert call.session_id == request.session_id
+    rollout = call.body[ROLLOUT_FIELD]
+    assert (rollout["exp_id"], rollout["input_id"], rollout["s3_bucket"]) == (EXP_ID, "problem-1", BUCKET)
+    assert rollout["base_url"] == "http://gateway/v1"
+    assert rollout["submitted_at"] == request.submitted_at
+    assert request.submitted_at <= rollout["dispatched_at"] <= time.time()
+    assert call.body["prompt"] == "2+2"
+    # AND the rollout is running and holds one slot
+    assert env.rt.ledger.get(request.session_id).state is SessionState.RUNNING
+    assert env.rt.ledger.slots_held() == (1, 1)
+
+
+def test_redelivered_dispatch_starts_no_second_rollout(env: Env) -> None:
+    # GIVEN a rollout that was dispatched
+    request = env.start_request()
+    assert dispatch(request, receive_count=1, rt=env.rt) is DispatchOutcome.INVOKED
+
+    # WHEN the same message is delivered again
+    outcome = dispatch(request, receive_count=2, rt=env.rt)
+
+    # THEN nothing is invoked again and the slot count is unchanged
+    assert outcome is DispatchOutcome.ALREADY_STARTED
+    assert len(env.acr.calls_of(INVOKE)) == 1
+    assert env.rt.ledger.slots_held() == (1, 1)
+
+
+def test_crash_after_admission_then_redelivery_invokes_once_and_keeps_one_slot(env: Env) -> None:
+    # GIVEN a dispatcher that recorded and admitted a rollout, then died before invoking (lease ran out)
+    request = env.start_request()
+    env.rt.ledger.record_queued(request)
+    assert env.rt.ledger.admit(request.session_id, owner="dead", lease_until=time.time() - 1) is Admission.ADMITTED
+
+    # WHEN the message is redelivered
+    outcome = dispatch(request, receive_count=2, rt=env.rt)
+
+    # THEN the new dispatcher takes the rollout over with the slot already held and invokes it once
+    assert outcome is DispatchOutcome.INVOKED
+    assert len(env.acr.calls_of(INVOKE, request.session_id)) == 1
+    assert env.rt.ledger.slots_held() == (1, 1)
+
+
+def test_crash_after_recording_then_redelivery_invokes_once(env: Env) -> None:
+    # GIVEN a dispatcher that only recorded the rollout before dying
+    request = env.start_request()
+    env.rt.ledger.record_queued(request)
+
+    # WHEN the message is redelivered, twice
+    first = dispatch(request, receive_count=2, rt=env.rt)
+    second = dispatch(request, receive_count=3, rt=env.rt)
+
+    # THEN exactly one invoke happened
+    assert (first, second) == (DispatchOutcome.INVOKED, DispatchOutcome.ALREADY_STARTED)
+    assert len(env.acr.calls_of(INVOKE)) == 1
+
+
+def test_copy_of_a_message_is_requeued_while_another_dispatcher_holds_the_lease(env: Env) -> None:
+    # GIVEN a rollout admitted by a live dispatcher (lease in the future)
+    request = env.start_request()
+    env.rt.ledger.record_queued(request)
+    env.rt.ledger.admit(request.session_id, owner="alive", lease_until=time.time() + 60)
+
+    # WHEN a second copy of the message arrives
+    with pytest.raises(RequeueError) as caught:
+        dispatch(request, receive_count=1, rt=env.rt)
+
+    # THEN it goes back until the lease ends, and nothing is invoked
+    assert 55 < caught.value.delay_s <= 60
+    assert env.acr.calls_of(INVOKE) == []
+
+
+@pytest.mark.parametrize(
+    "error", [THROTTLING, RUNTIME_CLIENT_ERROR, SERVICE_QUOTA_EXCEEDED, RETRYABLE_CONFLICT, INTERNAL_SERVER]
+)
+def test_retryable_invoke_error_requeues_the_message_and_frees_the_slot(env: Env, error) -> None:
+    # GIVEN ACR answers the next invoke with a retryable error
+    env.acr.fail_next(INVOKE, error)
+    request = env.start_request()
+    messages = send_and_receive(env, request.to_body())
+
+    # WHEN the handler runs
+    response = dispatcher.handler(sqs_event(messages), None)
+
+    # THEN the message is reported failed and hidden for the retry delay, the rollout is queued again
+    assert failed_ids(response) == {messages[0]["MessageId"]}
+    assert env.receive(env.dispatch_queue_url) == []
+    record = env.rt.ledger.get(request.session_id)
+    assert (record.state, record.attempts, record.inflight) == (SessionState.QUEUED, 1, False)
+    assert env.rt.ledger.slots_held() == (0, 0)
+    assert not env.rt.store.exists(request.key)
+
+
+def test_retry_delay_grows_with_each_attempt_up_to_a_cap() -> None:
+    # GIVEN / WHEN the delays of successive attempts
+    delays = [retry_delay_s(attempt) for attempt in range(1, 15)]
+
+    # THEN they grow, then stay at the cap
+    assert delays[:4] == [1.0, 2.0, 4.0, 8.0]
+    assert delays == sorted(delays)
+    assert delays[-1] == dispatcher.RETRY_CAP_S
+
+
+def test_retry_after_a_retryable_error_starts_the_rollout(env: Env) -> None:
+    # GIVEN an invoke that was throttled once
+    env.acr.fail_next(INVOKE, THROTTLING)
+    request = env.start_request()
+    with pytest.raises(RequeueError):
+        dispatch(request, receive_count=1, rt=env.rt)
+
+    # WHEN the message comes back
+    outcome = dispatch(request, receive_count=2, rt=env.rt)
+
+    # THEN the rollout starts, holding one slot
+    assert outcome is DispatchOutcome.INVOKED
+    assert len(env.acr.calls_of(INVOKE, request.session_id)) == 2
+    assert env.rt.ledger.slots_held() == (1, 1)
+
+
+@pytest.mark.parametrize("error", [VALIDATION, ACCESS_DENIED, RESOURCE_NOT_FOUND])
+def test_final_invoke_error_ends_the_rollout_as_dispatch_failed(env: Env, error) -> None:
+    # GIVEN ACR rejects the invoke for good
+    env.acr.fail_next(INVOKE, error)
+    request = env.start_request()
+    messages = send_and_receive(env, request.to_body())
+
+    # WHEN the handler runs
+    response = dispatcher.handler(sqs_event(messages), None)
+
+    # THEN the message is done and a dispatch_failed result names the error
+    assert response == {"batchItemFailures": []}
+    result = env.rt.store.read(request.key)
+    assert result.status is Status.DISPATCH_FAILED
+    assert result.error.type == error.code
+    assert result.timings.submitted_at == request.submitted_at
+
+
+def test_exhausted_retries_end_the_rollout_as_dispatch_failed(env: Env) -> None:
+    # GIVEN ACR throttles every attempt (max_dispatch_attempts = 3)
+    env.acr.fail_next(INVOKE, THROTTLING, THROTTLING, THROTTLING)
+    request = env.start_request()
+
+    # WHEN the message is delivered until the attempts run out
+    for receive in (1, 2):
+        with pytest.raises(RequeueError):
+            dispatch(request, receive_count=receive, rt=env.rt)
+    outcome = dispatch(request, receive_count=3, rt=env.rt)
+
+    # THEN the third failure ends it as dispatch_failed, after three invokes
+    assert outcome is DispatchOutcome.FAILED
+    assert len(env.acr.calls_of(INVOKE)) == 3
+    result = env.rt.store.read(request.key)
+    assert (result.status, result.error.type) == (Status.DISPATCH_FAILED, THROTTLING.code)
+
+
+def test_no_free_session_slot_requeues_without_invoking(env: Env) -> None:
+    # GIVEN the session budget (3) is taken by running rollouts
+    for _ in range(3):
+        assert dispatch(env.start_request(), receive_count=1, rt=env.rt) is DispatchOutcome.INVOKED
+
+    # WHEN one more rollout is dispatched
+    request = env.start_request()
+    with pytest.raises(RequeueError, match="no free session slot"):
+        dispatch(request, receive_count=1, rt=env.rt)
+
+    # THEN it is not invoked, stays queued, and the count stays at the budget
+    assert len(env.acr.calls_of(INVOKE)) == 3
+    assert env.rt.ledger.get(request.session_id).state is SessionState.QUEUED
+    assert env.rt.ledger.slots_held() == (3, 3)
+
+
+def test_cancel_before_start_writes_cancelled_and_the_later_start_does_not_invoke(env: Env) -> None:
+    # GIVEN a cancel that arrives before the start message
+    request = env.start_request()
+    assert dispatcher.cancel(env.cancel_request(request), env.rt) is DispatchOutcome.CANCELLED
+
+    # WHEN the start message arrives
+    outcome = dispatch(request, receive_count=1, rt=env.rt)
+
+    # THEN the rollout is not invoked and its result says cancelled
+    assert outcome is DispatchOutcome.RESULT_EXISTS
+    assert env.acr.calls_of(INVOKE) == []
+    assert env.rt.store.read(request.key).status is Status.CANCELLED
+
+
+def test_cancel_after_a_result_keeps_the_existing_result(env: Env) -> None:
+    # GIVEN a rollout that ended with dispatch_failed
+    env.acr.fail_next(INVOKE, VALIDATION)
+    request = env.start_request()
+    dispatch(request, receive_count=1, rt=env.rt)
+
+    # WHEN a cancel arrives
+    outcome = dispatcher.cancel(env.cancel_request(request), env.rt)
+
+    # THEN the first result stays
+    assert outcome is DispatchOutcome.CANCEL_TOO_LATE
+    assert env.rt.store.read(request.key).status is Status.DISPATCH_FAILED
+
+
+def test_unparseable_message_fails_alone_and_the_rest_of_the_batch_runs(env: Env) -> None:
+    # GIVEN a batch with a malformed body and a good start message
+    request = env.start_request()
+    messages = send_and_receive(env, json.dumps({"kind": "start", "exp_id": EXP_ID}), request.to_body())
+    bad = next(m["MessageId"] for m in messages if m["Body"] != request.to_body())
+
+    # WHEN the handler runs
+    response = dispatcher.handler(sqs_event(messages), None)
+
+    # THEN only the malformed message is reported failed and the good one was invoked
+    assert failed_ids(response) == {bad}
+    assert [c.session_id for c in env.acr.calls_of(INVOKE)] == [request.session_id]
+
+
+def test_payload_parked_in_s3_is_fetched_for_the_invoke(env: Env) -> None:
+    # GIVEN a payload parked in the results bucket
+    session_id = str(uuid.uuid4())
+    key = payload_ref_key(EXP_ID, session_id)
+    env.rt.clients.s3.put_object(Bucket=BUCKET, Key=key, Body=json.dumps({"prompt": "big"}).encode())
+    request = env.start_request(payload=None, payload_ref=key).model_copy(update={"session_id": session_id})
+
+    # WHEN it is dispatched
+    outcome = dispatch(request, receive_count=1, rt=env.rt)
+
+    # THEN the agent receives the parked payload
+    assert outcome is DispatchOutcome.INVOKED
+    assert env.acr.calls_of(INVOKE)[0].body["prompt"] == "big"
+
+
+def test_missing_parked_payload_ends_the_rollout_as_dispatch_failed(env: Env) -> None:
+    # GIVEN a start message whose payload reference points nowhere
+    request = env.start_request(payload=None, payload_ref="_payloads/nowhere.json")
+
+    # WHEN it is dispatched
+    outcome = dispatch(request, receive_count=1, rt=env.rt)
+
+    # THEN nothing is invoked and the result says why
+    assert outcome is DispatchOutcome.FAILED
+    assert env.acr.calls_of(INVOKE) == []
+    assert env.rt.store.read(request.key).error.type == "PayloadNotFound"
+
+
+def test_start_message_past_its_deadline_ends_as_timed_out_without_invoking(env: Env) -> None:
+    # GIVEN a start message that waited in the queue beyond its timeout
+    request = env.start_request(timeout_s=5, submitted_at=time.time() - 10)
+
+    # WHEN it is dispatched
+    outcome = dispatch(request, receive_count=4, rt=env.rt)
+
+    # THEN the rollout ends as timed_out and holds no slot
+    assert outcome is DispatchOutcome.TIMED_OUT
+    assert env.acr.calls_of(INVOKE) == []
+    assert env.rt.store.read(request.key).status is Status.TIMED_OUT
+    assert env.rt.ledger.slots_held() == (0, 0)
+
+
+def test_invoke_racing_a_cancel_stops_the_session_it_started(env: Env) -> None:
+    # GIVEN a rollout that the finisher finished (cancelled) while the dispatcher was invoking it
+    request = env.start_request()
+    env.rt.ledger.record_queued(request)
+    original_invoke = env.rt.acr.invoke
+
+    def invoke_then_cancel(session_id: str, body: bytes, *, slot_start: float) -> None:
+        original_invoke(session_id, body, slot_start=slot_start)
+        env.rt.ledger.finish(request.key, status=Status.CANCELLED, finished_at=time.time())
+
+    object.__setattr__(env.rt.acr, "invoke", invoke_then_cancel)
+
+    # WHEN the dispatch completes
+    outcome = dispatch(request, receive_count=1, rt=env.rt)
+
+    # THEN the dispatcher stops the session it just started, and the slot is free
+    assert outcome is DispatchOutcome.ENDED_WHILE_STARTING
+    assert [c.session_id for c in env.acr.calls_of(STOP)] == [request.session_id]
+    assert env.rt.ledger.slots_held() == (0, 0)
+
+
+def test_invoke_budget_reserved_beyond_the_wait_requeues_and_frees_the_slot(env: Env) -> None:
+    # GIVEN an invoke budget whose next free slot is a minute away (other dispatchers reserved it)
+    env.rt.clients.dynamodb.put_item(
+        TableName=env.rt.settings.budget_table,
+        Item={
+            BUDGET_PARTITION_KEY: {"S": tps_budget_id(env.rt.settings.runtime_arn, env.rt.settings.runtime_qualifier)},
+            ATTR_NEXT_AT: {"N": str(time.time() + 60)},
+        },
+    )
+    request = env.start_request()
+
+    # WHEN the rollout is dispatched
+    with pytest.raises(RequeueError, match="invoke budget") as caught:
+        dispatch(request, receive_count=1, rt=env.rt)
+
+    # THEN it goes back for about as long as the budget is reserved, holding no slot, with no attempt spent
+    assert 50 < caught.value.delay_s < 60
+    assert env.acr.calls_of(INVOKE) == []
+    record = env.rt.ledger.get(request.session_id)
+    assert (record.state, record.attempts) == (SessionState.QUEUED, 0)
+    assert env.rt.ledger.slots_held() == (0, 0)

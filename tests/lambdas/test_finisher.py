@@ -1,0 +1,168 @@
+"""The finisher against moto and the ACR double: stop, finish, free the slot, count, exactly once."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from lambdas import finisher
+from lambdas.dispatcher import DispatchOutcome, cancel, dispatch
+from rollout_contract.keys import payload_ref_key
+from rollout_contract.messages import DispatchRequest
+from rollout_contract.protocol import RESOURCE_NOT_FOUND, THROTTLING
+from rollout_contract.results import RolloutResult, Status, Timings
+from rollout_contract.sessions import SessionState
+from tests.lambdas.conftest import BUCKET, EXP_ID, STOP, Env, failed_ids, sqs_event
+
+
+def agent_writes_result(env: Env, request: DispatchRequest, *, rewards: float = 1.0) -> RolloutResult:
+    """What the agent does at the end of a rollout: one conditional put of its result."""
+    now = time.time()
+    result = RolloutResult.from_handler_output(
+        {"rewards": rewards, "answer": "4"},
+        key=request.key,
+        s3_bucket=BUCKET,
+        payload=request.payload,
+        timings=Timings(submitted_at=request.submitted_at, dispatched_at=now - 3, started_at=now - 2, finished_at=now),
+    )
+    env.rt.store.write_first(result)
+    return result
+
+
+def emf_blobs(output: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in output.splitlines() if line.startswith('{"_aws"')]
+
+
+def test_result_event_stops_the_session_marks_it_finished_and_frees_the_slot(
+    env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a running rollout whose agent wrote its result (S3 -> EventBridge -> the finisher queue)
+    request = env.start_request()
+    assert dispatch(request, receive_count=1, rt=env.rt) is DispatchOutcome.INVOKED
+    agent_writes_result(env, request, rewards=0.75)
+    messages = env.receive(env.finisher_queue_url)
+    capsys.readouterr()
+
+    # WHEN the finisher handles the event
+    response = finisher.handler(sqs_event(messages), None)
+
+    # THEN the session is stopped, the rollout is finished with the result's status, and the slot is free
+    assert response == {"batchItemFailures": []}
+    assert [c.session_id for c in env.acr.calls_of(STOP)] == [request.session_id]
+    record = env.rt.ledger.get(request.session_id)
+    assert (record.state, record.status, record.inflight) == (SessionState.FINISHED, "succeeded", False)
+    assert env.rt.ledger.slots_held() == (0, 0)
+    # AND the metrics went to stdout in EMF, namespace AgentcoreRollouts, dimension exp_id
+    blobs = emf_blobs(capsys.readouterr().out)
+    completed = next(b for b in blobs if "RolloutsCompleted" in b)
+    assert completed["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "AgentcoreRollouts"
+    assert completed["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["exp_id", "status"]]
+    assert (completed["exp_id"], completed["status"], completed["RolloutsCompleted"]) == (EXP_ID, "succeeded", [1.0])
+    measures = next(b for b in blobs if "Reward" in b)
+    assert measures["exp_id"] == EXP_ID
+    assert measures["Reward"] == [0.75]
+    assert measures["RolloutDuration"] == pytest.approx([2.0])
+    assert measures["StartDelay"] == pytest.approx([1.0])
+
+
+def test_duplicate_events_change_nothing(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN a finished rollout whose event the finisher already handled
+    request = env.start_request()
+    dispatch(request, receive_count=1, rt=env.rt)
+    agent_writes_result(env, request)
+    messages = env.receive(env.finisher_queue_url)
+    finisher.handler(sqs_event(messages), None)
+    capsys.readouterr()
+
+    # WHEN the same event arrives twice more
+    finisher.handler(sqs_event(messages), None)
+    finisher.handler(sqs_event(messages), None)
+
+    # THEN no second stop, no extra slot freed (never negative), no second completion metric
+    assert len(env.acr.calls_of(STOP)) == 1
+    assert env.rt.ledger.slots_held() == (0, 0)
+    assert not any("RolloutsCompleted" in b for b in emf_blobs(capsys.readouterr().out))
+
+
+def test_dispatch_failed_result_frees_the_slot_without_a_stop_call(env: Env) -> None:
+    # GIVEN a rollout that holds a slot and ended as dispatch_failed
+    request = env.start_request(payload=None, payload_ref=payload_ref_key(EXP_ID, "s" * 36))
+    env.rt.ledger.record_queued(request)
+    assert dispatch(request, receive_count=1, rt=env.rt) is DispatchOutcome.FAILED
+
+    # WHEN the finisher handles its event
+    response = finisher.handler(sqs_event(env.receive(env.finisher_queue_url)), None)
+
+    # THEN the rollout is finished without a StopRuntimeSession
+    assert response == {"batchItemFailures": []}
+    assert env.acr.calls_of(STOP) == []
+    assert env.rt.ledger.get(request.session_id).status == Status.DISPATCH_FAILED.value
+
+
+def test_objects_that_are_not_results_are_ignored(env: Env) -> None:
+    # GIVEN an event for an object that is not a result key (under the prefix, wrong shape)
+    env.rt.clients.s3.put_object(Bucket=BUCKET, Key=f"{EXP_ID}/notes.txt", Body=b"x")
+    messages = env.receive(env.finisher_queue_url)
+
+    # WHEN the finisher handles it
+    response = finisher.handler(sqs_event(messages), None)
+
+    # THEN it succeeds without touching ACR
+    assert len(messages) == 1
+    assert response == {"batchItemFailures": []}
+    assert env.acr.calls_of(STOP) == []
+
+
+def test_session_unknown_to_acr_is_finished_anyway(env: Env) -> None:
+    # GIVEN a running rollout whose session ACR already dropped
+    request = env.start_request()
+    dispatch(request, receive_count=1, rt=env.rt)
+    agent_writes_result(env, request)
+    env.acr.fail_next(STOP, RESOURCE_NOT_FOUND)
+
+    # WHEN the finisher handles the event
+    response = finisher.handler(sqs_event(env.receive(env.finisher_queue_url)), None)
+
+    # THEN the rollout is finished and its slot freed
+    assert response == {"batchItemFailures": []}
+    assert env.rt.ledger.get(request.session_id).state is SessionState.FINISHED
+    assert env.rt.ledger.slots_held() == (0, 0)
+
+
+def test_throttled_stop_fails_the_record_and_the_redelivery_finishes_it(env: Env) -> None:
+    # GIVEN a finished agent whose first stop call is throttled
+    request = env.start_request()
+    dispatch(request, receive_count=1, rt=env.rt)
+    agent_writes_result(env, request)
+    env.acr.fail_next(STOP, THROTTLING)
+    messages = env.receive(env.finisher_queue_url)
+
+    # WHEN the finisher handles the event, then its redelivery
+    first = finisher.handler(sqs_event(messages), None)
+    held_between = env.rt.ledger.slots_held()
+    second = finisher.handler(sqs_event(messages), None)
+
+    # THEN the first attempt is reported failed and keeps the slot; the second finishes the rollout
+    assert failed_ids(first) == {messages[0]["MessageId"]}
+    assert held_between == (1, 1)
+    assert second == {"batchItemFailures": []}
+    assert env.rt.ledger.get(request.session_id).state is SessionState.FINISHED
+    assert env.rt.ledger.slots_held() == (0, 0)
+
+
+def test_cancel_after_start_stops_the_session_through_the_finisher(env: Env) -> None:
+    # GIVEN a running rollout
+    request = env.start_request()
+    dispatch(request, receive_count=1, rt=env.rt)
+
+    # WHEN the trainer cancels it and the finisher handles the cancelled result's event
+    assert cancel(env.cancel_request(request), env.rt) is DispatchOutcome.CANCELLED
+    finisher.handler(sqs_event(env.receive(env.finisher_queue_url)), None)
+
+    # THEN its session is stopped, it is finished as cancelled, and the slot is free
+    assert [c.session_id for c in env.acr.calls_of(STOP)] == [request.session_id]
+    assert env.rt.ledger.get(request.session_id).status == Status.CANCELLED.value
+    assert env.rt.ledger.slots_held() == (0, 0)

@@ -1,0 +1,177 @@
+"""The TPS budget: reserved slots in DynamoDB never exceed the limit in any sliding second."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import boto3
+import pytest
+
+from lambdas.exceptions import NoTokenError
+from lambdas.tps import TPS_HEADROOM, TpsBudget
+from rollout_contract.resources import BUDGET_TABLE
+from tests.lambdas.conftest import REGION, RUNTIME_ARN, create_table
+
+
+class Serialized:
+    """A client whose calls run one at a time, as DynamoDB applies conditional writes to one item.
+
+    moto evaluates a condition and writes without a lock, so two threads can both pass the same
+    condition; real DynamoDB cannot. The lock gives moto DynamoDB's atomicity, nothing more.
+    """
+
+    def __init__(self, client) -> None:
+        self._client = client
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str):
+        method = getattr(self._client, name)
+
+        def call(*args, **kwargs):
+            with self._lock:
+                return method(*args, **kwargs)
+
+        return call
+
+
+class FakeClock:
+    """A clock that moves only when told to (sleeping moves it)."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def dynamodb(aws: None):
+    client = boto3.client("dynamodb", region_name=REGION)
+    create_table(client, BUDGET_TABLE)
+    return client
+
+
+def budget(dynamodb, clock=time.time, sleep=time.sleep, *, limit: float = 25, qualifier: str = "DEFAULT") -> TpsBudget:
+    return TpsBudget(
+        dynamodb,
+        table=BUDGET_TABLE.name,
+        runtime_arn=RUNTIME_ARN,
+        qualifier=qualifier,
+        limit=limit,
+        clock=clock,
+        sleep=sleep,
+    )
+
+
+def max_in_any_second(times: list[float]) -> int:
+    times = sorted(times)
+    best, left = 0, 0
+    for right, t in enumerate(times):
+        while t - times[left] >= 1.0:
+            left += 1
+        best = max(best, right - left + 1)
+    return best
+
+
+def test_back_to_back_reservations_are_spaced_to_stay_under_the_limit(dynamodb) -> None:
+    # GIVEN a 25/s budget and a caller asking for many slots at one instant
+    clock = FakeClock()
+    tps = budget(dynamodb, clock, clock.sleep)
+
+    # WHEN 100 slots are reserved with a long horizon
+    starts = [tps.reserve(horizon_s=10) for _ in range(100)]
+
+    # THEN they are spaced 1/(25 x headroom) apart: never more than 25 in a second, close to 25 overall
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    assert min(gaps) == pytest.approx(1 / (25 * TPS_HEADROOM))
+    assert max_in_any_second(starts) <= 25
+    assert 99 / (starts[-1] - starts[0]) >= 0.95 * 25
+
+
+def test_no_slot_within_the_horizon_raises_with_the_wait(dynamodb) -> None:
+    # GIVEN a budget reserved 2 s ahead
+    clock = FakeClock()
+    tps = budget(dynamodb, clock, clock.sleep, limit=10)
+    while True:
+        try:
+            tps.reserve(horizon_s=2)
+        except NoTokenError:
+            break
+
+    # WHEN another caller asks with a 0.5 s horizon
+    with pytest.raises(NoTokenError) as caught:
+        tps.reserve(horizon_s=0.5)
+
+    # THEN it is told how long until a slot comes within reach
+    assert 1.4 < caught.value.retry_after_s <= 1.6
+
+
+def test_an_idle_budget_restarts_at_now_without_a_burst_of_old_slots(dynamodb) -> None:
+    # GIVEN a budget last used a minute ago
+    clock = FakeClock()
+    tps = budget(dynamodb, clock, clock.sleep)
+    tps.reserve(horizon_s=1)
+    clock.now += 60
+
+    # WHEN two slots are reserved
+    first, second = tps.reserve(horizon_s=1), tps.reserve(horizon_s=1)
+
+    # THEN the first starts right away (after the lead time) and the second one interval later
+    assert first == pytest.approx(clock.now + tps.lead_s)
+    assert second == pytest.approx(first + tps.interval_s)
+
+
+def test_endpoints_have_separate_budgets(dynamodb) -> None:
+    # GIVEN two qualifiers of one runtime
+    clock = FakeClock()
+    default, canary = budget(dynamodb, clock, qualifier="DEFAULT"), budget(dynamodb, clock, qualifier="canary")
+
+    # WHEN each reserves a slot at the same instant
+    # THEN both start right away
+    assert default.reserve(horizon_s=1) == canary.reserve(horizon_s=1) == pytest.approx(clock.now + default.lead_s)
+
+
+def test_a_slot_missed_by_a_stalled_caller_is_replaced_not_used_late(dynamodb) -> None:
+    # GIVEN a reserved slot and a caller that stalls past it
+    clock = FakeClock()
+    tps = budget(dynamodb, clock, clock.sleep)
+    start = tps.reserve(horizon_s=1)
+    clock.now = start + 0.5
+    stall_end = clock.now
+
+    # WHEN it waits for its slot
+    sent = tps.wait_for(start, max_wait_s=1)
+
+    # THEN it sends in a fresh slot reserved after the stall, not in the missed one
+    assert sent == clock.now
+    assert sent == pytest.approx(stall_end + tps.lead_s)
+
+
+def test_concurrent_callers_share_one_budget_without_exceeding_it(dynamodb) -> None:
+    # GIVEN 8 threads taking tokens from one 20/s budget on the real clock
+    sends: list[float] = []
+    lock = threading.Lock()
+
+    atomic = Serialized(dynamodb)
+
+    def worker() -> None:
+        tps = budget(atomic, limit=20)
+        for _ in range(5):
+            sent = tps.acquire(max_wait_s=5)
+            with lock:
+                sends.append(sent)
+
+    # WHEN they run together
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    # THEN every send happened and no second held more than the limit
+    assert len(sends) == 40
+    assert max_in_any_second(sends) <= 20
