@@ -7,6 +7,19 @@
 - Errors: :class:`RolloutError` and its families (see ``trainer_client._exceptions``).
 - Settings: :class:`PollSettings`, :class:`TraceSettings`.
 - The ``rollouts`` CLI: ``trainer_client._cli:main``.
+
+Differences from agentcore-rl-toolkit (ART), same names otherwise:
+
+- Completion comes from one SQS long poll per client (S3 -> EventBridge -> SQS), not S3 HEAD polling
+  per future; ``result(timeout)`` never overshoots.
+- ``result()`` returns a typed result for every terminal status; ``BatchItem.success`` means status
+  ``succeeded`` (ART: any dict came back, agent failures included).
+- ``timeout`` is each rollout's server-side deadline (the sweeper writes ``timed_out``), so every
+  future resolves even if the agent dies; ``tps_limit`` is ignored (the dispatcher owns the rate).
+- ``input_id`` defaults to the session id and ``run_batch`` takes ``input_ids``; ``run_groups`` gives
+  GRPO groups with advantages (ART gave every payload a fresh random ``input_id``).
+- ``cancel()`` asks the dispatcher to cancel (ART stopped the session from the trainer); the future
+  raises ``concurrent.futures.CancelledError`` as in ART.
 """
 
 from trainer_client._aws import AwsClients
@@ -32,13 +45,13 @@ from trainer_client._results import ClientResult, TokenTrace
 from trainer_client._status import ExperimentStatus, QueueDepth
 
 __all__ = [
-    "DEFAULT_ROLLOUT_TIMEOUT_S",
     "AgentError",
     "AwsClients",
     "BatchItem",
     "ClientClosedError",
     "ClientError",
     "ClientResult",
+    "DEFAULT_ROLLOUT_TIMEOUT_S",
     "DispatchError",
     "DispatchFailedError",
     "ExperimentNotFoundError",

@@ -1,0 +1,138 @@
+"""The ``rollouts`` CLI: eval, status, results, local-stack commands, and its errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import boto3
+import pytest
+
+from rollout_contract import ExperimentResources
+from rollout_contract.sessions import ATTR_DEADLINE_AT, ATTR_INFLIGHT, ATTR_SESSION_ID, INFLIGHT_MARK
+from trainer_client._cli import build_parser, main
+
+
+def write_dataset(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_eval_runs_a_dataset_and_writes_one_result_per_row(descriptor, backend, tmp_path, capsys):
+    # GIVEN a dataset of four prompts, one of which fails in the agent, and an agent thread
+    dataset = write_dataset(
+        tmp_path / "in.jsonl",
+        [
+            {"id": "a", "reward": 1.0},
+            {"id": "b", "reward": 0.0},
+            {"id": "c", "end_as": "agent_error"},
+            {"id": "d", "reward": 1.0},
+        ],
+    )
+    backend.serve_in_thread(4)
+
+    # WHEN `rollouts eval` runs it
+    code = main(
+        [
+            "eval",
+            descriptor.exp_id,
+            "--dataset",
+            str(dataset),
+            "--output",
+            str(tmp_path / "out.jsonl"),
+            "--concurrency",
+            "2",
+            "--input-id-field",
+            "id",
+            "--journal",
+            str(tmp_path / "j.jsonl"),
+            "--poll-wait",
+            "1",
+        ]
+    )
+
+    # THEN every row has a result line, the exit status reports the failure, the bar shows the counts
+    records = sorted(
+        (json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()), key=lambda r: r["index"]
+    )
+    assert [(r["input_id"], r["status"], r["success"]) for r in records] == [
+        ("a", "succeeded", True),
+        ("b", "succeeded", True),
+        ("c", "agent_error", False),
+        ("d", "succeeded", True),
+    ]
+    assert code == 1
+    assert "4/4" in capsys.readouterr().err
+    assert len((tmp_path / "j.jsonl").read_text().splitlines()) == 4
+
+
+def test_status_shows_queue_depths_rollouts_in_flight_and_recent_results(descriptor, client, backend, capsys):
+    # GIVEN one finished rollout and one recorded in flight
+    future = client.invoke({"reward": 0.5}, input_id="q7")
+    backend.serve(1)
+    future.result(5)
+    boto3.client("dynamodb").put_item(
+        TableName=descriptor.sessions_table,
+        Item={ATTR_SESSION_ID: {"S": "s" * 36}, ATTR_INFLIGHT: {"S": INFLIGHT_MARK}, ATTR_DEADLINE_AT: {"N": "1"}},
+    )
+
+    # WHEN `rollouts status` runs
+    assert main(["status", descriptor.exp_id, "--poll-wait", "1"]) == 0
+
+    # THEN it lists the four queues, the in-flight count and the result
+    out = capsys.readouterr().out
+    resources = ExperimentResources.for_experiment(descriptor.exp_id)
+    for name in (resources.dispatch_queue.name, resources.completion_queue.dlq_name):
+        assert name in out
+    assert "rollouts in flight: 1" in out
+    assert f"succeeded        reward=0.5      {future.result_key}" in out
+
+
+def test_results_exports_stored_results_filtered_by_status(descriptor, client, backend, tmp_path):
+    # GIVEN three finished rollouts, one timed out
+    futures = [client.invoke(payload) for payload in ({"reward": 1.0}, {"end_as": "timed_out"}, {"reward": 0.0})]
+    backend.serve(3)
+    [future.result(5) for future in futures]
+
+    # WHEN all, then only successful, results are exported
+    main(["results", descriptor.exp_id, "--output", str(tmp_path / "all.jsonl"), "--poll-wait", "1"])
+    main(["results", descriptor.exp_id, "--status", "succeeded", "--output", str(tmp_path / "ok.jsonl")])
+
+    # THEN each file holds the matching results
+    assert len((tmp_path / "all.jsonl").read_text().splitlines()) == 3
+    ok = [json.loads(line) for line in (tmp_path / "ok.jsonl").read_text().splitlines()]
+    assert sorted(r["rewards"][0] for r in ok) == [0.0, 1.0]
+
+
+def test_missing_arguments_are_named(capsys):
+    with pytest.raises(SystemExit) as caught:
+        main(["eval", "exp-test"])
+    assert caught.value.code == 2
+    assert "--dataset" in capsys.readouterr().err
+
+
+def test_a_dataset_line_that_is_not_an_object_is_named_with_its_line(descriptor, tmp_path, capsys):
+    dataset = tmp_path / "in.jsonl"
+    dataset.write_text('{"ok": 1}\n[1, 2]\n')
+    with pytest.raises(SystemExit):
+        main(["eval", descriptor.exp_id, "--dataset", str(dataset), "--output", str(tmp_path / "o.jsonl")])
+    assert f"{dataset}:2 is a JSON list" in capsys.readouterr().err
+
+
+def test_an_unknown_experiment_says_how_to_create_it(capsys):
+    assert main(["status", "missing-exp"]) == 1
+    err = capsys.readouterr().err
+    assert "experiment 'missing-exp' not found" in err and "rollouts local up" in err
+
+
+def test_local_stack_commands_are_mounted_when_the_package_provides_them(monkeypatch):
+    # GIVEN a local stack package with add_commands
+    def add_commands(subparsers):
+        subparsers.add_parser("local").set_defaults(func=lambda args: 7)
+
+    monkeypatch.setitem(sys.modules, "local_stack.cli", types.SimpleNamespace(add_commands=add_commands))
+
+    # WHEN the CLI is built THEN its commands run through `rollouts`
+    assert build_parser().parse_args(["local"]).func(None) == 7
+    assert main(["local"]) == 7

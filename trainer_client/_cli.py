@@ -1,0 +1,248 @@
+"""The ``rollouts`` command: a thin argparse layer over the public ``trainer_client`` API.
+
+- ``rollouts eval EXP --dataset IN.jsonl --output OUT.jsonl``: run every dataset row as a rollout.
+- ``rollouts status EXP``: queue depths, rollouts in flight, recent results.
+- ``rollouts results EXP``: export the experiment's stored results as JSONL.
+- ``rollouts local ...`` / ``rollouts demo``: mounted from ``local_stack.cli.add_commands`` when present.
+
+Every subcommand's parser sets ``func(args) -> int | None``; ``main`` calls it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import EndpointConnectionError, NoCredentialsError, NoRegionError
+from tqdm import tqdm
+
+from rollout_contract import InvalidIdError, Status, new_session_id
+from trainer_client._batch import BatchItem
+from trainer_client._client import RolloutClient
+from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S, PollSettings
+from trainer_client._exceptions import RolloutError
+
+__all__ = ["build_parser", "main"]
+
+_LOCAL_COMMANDS = "local_stack.cli"
+
+
+class UsageError(Exception):
+    """The command line or an input file is wrong; the message says how to fix it."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``rollouts`` command; return its exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.func(args) or 0
+    except UsageError as exc:
+        parser.error(str(exc))
+    except (RolloutError, InvalidIdError) as exc:
+        print(f"rollouts: error: {exc}", file=sys.stderr)
+        return 1
+    except NoRegionError:
+        print("rollouts: error: no AWS region: pass --region or set AWS_DEFAULT_REGION", file=sys.stderr)
+        return 1
+    except NoCredentialsError:
+        print("rollouts: error: no AWS credentials: configure a profile or AWS_* variables", file=sys.stderr)
+        return 1
+    except EndpointConnectionError as exc:
+        print(f"rollouts: error: {exc}; for the local stack, check it runs (`rollouts local status`)", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("rollouts: interrupted", file=sys.stderr)
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the argument parser (with the local-stack commands when ``local_stack.cli`` provides them)."""
+    parser = argparse.ArgumentParser(prog="rollouts", description="Run and inspect RL rollouts on AgentCore Runtime.")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+
+    run = commands.add_parser("eval", help="run a dataset (JSONL, one payload per line) and write results as JSONL")
+    _add_experiment(run)
+    run.add_argument("--dataset", required=True, type=Path, help="input JSONL: one JSON object (payload) per line")
+    run.add_argument("--output", required=True, type=Path, help="output JSONL: one result per line")
+    run.add_argument("--concurrency", type=_positive_int, default=32, help="rollouts in flight at most (32)")
+    run.add_argument(
+        "--timeout", type=_positive_float, default=DEFAULT_ROLLOUT_TIMEOUT_S, help="seconds per rollout (900)"
+    )
+    run.add_argument("--samples", type=_positive_int, default=1, help="rollouts per row, grouped by input id (1)")
+    run.add_argument("--input-id-field", help="take each row's input id from this field (default: generated)")
+    run.add_argument("--model-id", help="_rollout.model_id for every rollout")
+    run.add_argument("--journal", type=Path, help="append submitted result keys here (resume with attach_journal)")
+    run.set_defaults(func=_eval)
+
+    status = commands.add_parser("status", help="queue depths, rollouts in flight and recent results")
+    _add_experiment(status)
+    status.add_argument("--recent", type=_positive_int, default=10, help="how many recent results to show (10)")
+    status.set_defaults(func=_status)
+
+    results = commands.add_parser("results", help="export an experiment's stored results as JSONL")
+    _add_experiment(results)
+    results.add_argument("--output", type=Path, help="output file (default: stdout)")
+    results.add_argument("--status", action="append", choices=[s.value for s in Status], help="only this status")
+    results.set_defaults(func=_results)
+
+    _mount_local_commands(commands)
+    return parser
+
+
+def _mount_local_commands(commands: argparse._SubParsersAction) -> None:
+    try:
+        module = importlib.import_module(_LOCAL_COMMANDS)
+    except ModuleNotFoundError as exc:
+        if exc.name in (_LOCAL_COMMANDS, _LOCAL_COMMANDS.partition(".")[0]):
+            return
+        raise
+    add_commands = getattr(module, "add_commands", None)
+    if callable(add_commands):
+        add_commands(commands)
+
+
+def _add_experiment(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("experiment", help="experiment id (its descriptor is read from SSM)")
+    parser.add_argument("--region", help="AWS region (default: boto3's)")
+    parser.add_argument("--poll-wait", type=int, default=20, help=argparse.SUPPRESS)
+
+
+def _connect(args: argparse.Namespace) -> RolloutClient:
+    return RolloutClient.for_experiment(
+        args.experiment, region=args.region, poll=PollSettings(wait_time_s=args.poll_wait)
+    )
+
+
+def _eval(args: argparse.Namespace) -> int:
+    rows = _read_dataset(args.dataset)
+    input_ids = _input_ids(rows, args.input_id_field, args.samples)
+    payloads = [row for row in rows for _ in range(args.samples)]
+    overrides = {"model_id": args.model_id} if args.model_id else {}
+    progress = _Progress(len(payloads))
+    with _connect(args) as client, args.output.open("w", encoding="utf-8") as out:
+        items = client.run_batch(
+            payloads, args.concurrency, args.timeout, input_ids=input_ids, journal=args.journal, **overrides
+        )
+        for item in items:
+            out.write(json.dumps(_item_record(item)) + "\n")
+            progress.update(item)
+    progress.close()
+    return 0 if progress.failed == 0 else 1
+
+
+class _Progress:
+    """A tqdm bar showing done, failed, throughput and mean reward."""
+
+    def __init__(self, total: int) -> None:
+        self.failed = 0
+        self._rewards: list[float] = []
+        self._start = time.monotonic()
+        self._bar = tqdm(total=total, unit="rollout", file=sys.stderr, dynamic_ncols=True)
+
+    def update(self, item: BatchItem) -> None:
+        self.failed += not item.success
+        if item.success and item.result is not None and item.result.reward is not None:
+            self._rewards.append(item.result.reward)
+        rate = (self._bar.n + 1) / max(time.monotonic() - self._start, 1e-9)
+        reward = f"{statistics.fmean(self._rewards):.3f}" if self._rewards else "-"
+        self._bar.set_postfix(failed=self.failed, per_s=f"{rate:.1f}", reward=reward, refresh=False)
+        self._bar.update(1)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+def _item_record(item: BatchItem) -> dict[str, Any]:
+    record: dict[str, Any] = {"index": item.index, "success": item.success, "elapsed_s": round(item.elapsed, 3)}
+    if item.result is not None:
+        record.update(item.result.model_dump(mode="json", exclude_none=True))
+    else:
+        record.update(session_id=item.session_id, input_id=item.input_id, error=str(item.error))
+    return record
+
+
+def _read_dataset(path: Path) -> list[dict[str, Any]]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise UsageError(f"cannot read dataset {path}: {exc.strerror}") from exc
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path}:{number} is not JSON ({exc.msg}); each line must be one JSON object") from exc
+        if not isinstance(row, dict):
+            raise UsageError(f"{path}:{number} is a JSON {type(row).__name__}; each line must be a JSON object")
+        rows.append(row)
+    if not rows:
+        raise UsageError(f"dataset {path} has no rows; give one JSON object (an agent payload) per line")
+    return rows
+
+
+def _input_ids(rows: list[dict[str, Any]], field: str | None, samples: int) -> list[str | None]:
+    if field is None:
+        if samples == 1:
+            return [None] * len(rows)
+        return [input_id for input_id in (new_session_id() for _ in rows) for _ in range(samples)]
+    ids = []
+    for number, row in enumerate(rows, start=1):
+        if field not in row:
+            raise UsageError(f"dataset row {number} has no field {field!r} (given by --input-id-field)")
+        ids.extend([str(row[field])] * samples)
+    return ids
+
+
+def _status(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    with _connect(args) as client:
+        status = client.status(recent=args.recent)
+    print(f"experiment {status.exp_id}", file=out)
+    print(f"{'queue':<60} {'visible':>8} {'in flight':>10}", file=out)
+    for queue in status.queues:
+        print(f"{queue.name:<60} {queue.visible:>8} {queue.in_flight:>10}", file=out)
+    print(f"rollouts in flight: {status.rollouts_in_flight}", file=out)
+    print(f"recent results ({len(status.recent)}):", file=out)
+    for result in status.recent:
+        reward = "-" if result.reward is None else f"{result.reward:g}"
+        print(f"  {result.status.value:<16} reward={reward:<8} {result.result_key}", file=out)
+    return 0
+
+
+def _results(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
+        try:
+            for result in client.results(args.status):
+                out.write(result.model_dump_json(exclude_none=True) + "\n")
+        finally:
+            if args.output:
+                out.close()
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value

@@ -1,0 +1,529 @@
+"""``RolloutClient``: submit rollouts to an experiment and collect their results as events."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import BotoCoreError
+from botocore.exceptions import ClientError as BotoClientError
+
+from rollout_contract import (
+    CancelRequest,
+    DispatchRequest,
+    ExperimentDescriptor,
+    ExperimentResources,
+    ObjectCreated,
+    ResultKey,
+    Status,
+    new_session_id,
+    parse_result_key,
+    payload_ref_key,
+    validate_exp_id,
+    validate_input_id,
+    validate_session_id,
+)
+from rollout_contract.messages import SQS_MAX_INLINE_PAYLOAD_BYTES
+from trainer_client._aws import AwsClients, load_descriptor, not_found_message
+from trainer_client._batch import BatchItem, iter_batch, iter_batch_async
+from trainer_client._config import DEFAULT_POLL, DEFAULT_ROLLOUT_TIMEOUT_S, DEFAULT_TRACES, PollSettings, TraceSettings
+from trainer_client._exceptions import ExperimentNotFoundError, SubmitError
+from trainer_client._future import RolloutFuture
+from trainer_client._grpo import FailurePolicy, RolloutGroup, iter_groups, iter_groups_async
+from trainer_client._journal import read_journal
+from trainer_client._poller import CompletionPoller
+from trainer_client._results import ClientResult
+from trainer_client._status import ExperimentStatus, iter_results, read_status
+from trainer_client._traces import TraceReader, session_base_url
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["RolloutClient"]
+
+logger = logging.getLogger("trainer_client")
+
+_SQS_BATCH_ENTRIES = 10
+_SQS_BATCH_BYTES = 256 * 1024
+_SUBMIT_ATTEMPTS = 3
+
+
+class RolloutClient:
+    """Submit rollouts to one experiment and receive their results through its completion queue.
+
+    ART's constructor works unchanged. ``agent_runtime_arn`` is informational (the dispatcher Lambda
+    invokes the runtime), ``tps_limit`` has no effect (the dispatcher enforces one invoke budget for
+    every trainer), ``max_retry_attempts`` and ``max_pool_connections`` configure botocore. Everything in
+    ``extra_config`` (``sampling_params``, ``api_key``, ...) goes into each payload's ``_rollout``.
+
+    Args:
+        agent_runtime_arn: the experiment's AgentCore runtime.
+        s3_bucket: the results bucket.
+        exp_id: the experiment id.
+        max_retry_attempts: botocore retry attempts.
+        tps_limit: accepted for ART compatibility; the dispatcher owns the invoke rate.
+        max_pool_connections: botocore connection pool size.
+        base_url: the model endpoint agents call (``_rollout.base_url``), unless ``gateway_url`` is set.
+        model_id: ``_rollout.model_id``.
+        gateway_url: a token gateway; each rollout's ``base_url`` becomes its gateway session URL and
+            results carry the session's token traces.
+        dispatch_queue_url: the dispatch queue (default: looked up by the contract's name).
+        completion_queue_url: the completion queue (default: looked up by the contract's name).
+        region: AWS region (default: boto3's).
+        endpoints: boto3 service name -> endpoint URL (the local stack's).
+        clients: ready-made SQS and S3 clients (tests, benchmarks).
+        poll: completion poller settings.
+        traces: trace reading settings.
+        gateway_transport: an ``httpx`` transport for the gateway (tests).
+        **extra_config: more ``_rollout`` fields.
+    """
+
+    def __init__(
+        self,
+        agent_runtime_arn: str,
+        s3_bucket: str,
+        exp_id: str,
+        max_retry_attempts: int = 5,
+        tps_limit: float = 25,
+        max_pool_connections: int = 10,
+        base_url: str | None = None,
+        model_id: str | None = None,
+        *,
+        gateway_url: str | None = None,
+        dispatch_queue_url: str | None = None,
+        completion_queue_url: str | None = None,
+        region: str | None = None,
+        endpoints: Mapping[str, str] | None = None,
+        clients: AwsClients | None = None,
+        poll: PollSettings = DEFAULT_POLL,
+        traces: TraceSettings = DEFAULT_TRACES,
+        gateway_transport: httpx.BaseTransport | None = None,
+        **extra_config: Any,
+    ) -> None:
+        self.exp_id = validate_exp_id(exp_id)
+        self.agent_runtime_arn = agent_runtime_arn
+        self.s3_bucket = s3_bucket
+        self.tps_limit = tps_limit
+        self.resources = ExperimentResources.for_experiment(exp_id)
+        self._clients = clients or AwsClients.create(
+            region=region,
+            endpoints=endpoints,
+            max_retry_attempts=max_retry_attempts,
+            max_pool_connections=max(max_pool_connections, poll.fetch_workers + 2),
+        )
+        self.dispatch_queue_url = dispatch_queue_url or self._queue_url(self.resources.dispatch_queue.name)
+        self.completion_queue_url = completion_queue_url or self._queue_url(self.resources.completion_queue.name)
+        self.gateway_url = gateway_url
+        rollout = {"base_url": base_url, "model_id": model_id, **extra_config}
+        self._rollout_defaults = {name: value for name, value in rollout.items() if value is not None}
+        self._traces = TraceReader(gateway_url, traces, transport=gateway_transport) if gateway_url else None
+        self._poller = CompletionPoller(
+            self._clients.sqs, self.completion_queue_url, self._load_event, poll, name=f"rollouts-poller-{exp_id}"
+        )
+        self.poll_settings = poll
+
+    @classmethod
+    def for_experiment(
+        cls,
+        exp_id: str,
+        *,
+        region: str | None = None,
+        ssm: Any = None,
+        **kwargs: Any,
+    ) -> RolloutClient:
+        """Connect to experiment ``exp_id`` using the descriptor its stack published in SSM.
+
+        Args:
+            exp_id: the experiment id.
+            region: AWS region of the descriptor (default: boto3's).
+            ssm: an SSM client (default: a new one; ``AWS_ENDPOINT_URL_SSM`` points it at a local stack).
+            **kwargs: more constructor arguments (``base_url``, ``poll``, ``sampling_params``, ...).
+
+        Raises:
+            ExperimentNotFoundError: no descriptor for ``exp_id``; the message says how to create one.
+        """
+        return cls.from_descriptor(load_descriptor(validate_exp_id(exp_id), region=region, ssm=ssm), **kwargs)
+
+    @classmethod
+    def from_descriptor(cls, descriptor: ExperimentDescriptor, **kwargs: Any) -> RolloutClient:
+        """Connect to the experiment ``descriptor`` describes (``kwargs`` override its values)."""
+        options: dict[str, Any] = {
+            "dispatch_queue_url": descriptor.dispatch_queue_url,
+            "completion_queue_url": descriptor.completion_queue_url,
+            "region": descriptor.region,
+            "endpoints": descriptor.endpoints,
+            "gateway_url": descriptor.gateway_url,
+        }
+        options.update(kwargs)
+        return cls(descriptor.runtime_arn, descriptor.results_bucket, descriptor.exp_id, **options)
+
+    @property
+    def pending_count(self) -> int:
+        """How many rollouts of this client have no result yet."""
+        return self._poller.pending_count
+
+    # Submitting
+
+    def invoke(
+        self,
+        payload: Mapping[str, Any],
+        session_id: str | None = None,
+        input_id: str | None = None,
+        timeout: float = DEFAULT_ROLLOUT_TIMEOUT_S,
+        **overrides: Any,
+    ) -> RolloutFuture:
+        """Start one rollout and return its future at once.
+
+        Args:
+            payload: the agent's payload (a JSON object).
+            session_id: the rollout id (default: a new uuid4); 33-256 key-safe characters.
+            input_id: the group (prompt) id (default: the session id, a group of one).
+            timeout: seconds the rollout may run; after that the sweeper ends it as ``timed_out``.
+            **overrides: ``_rollout`` fields for this rollout only (``sampling_params``, ...).
+
+        Raises:
+            SubmitError: the dispatch queue did not accept the request.
+            rollout_contract.InvalidIdError: a bad ``session_id`` or ``input_id``.
+        """
+        future = self.submit([(payload, input_id)], session_ids=[session_id], timeout=timeout, **overrides)[0]
+        if future.done() and isinstance(future.exception(), SubmitError):
+            raise future.exception()
+        return future
+
+    async def invoke_async(
+        self,
+        payload: Mapping[str, Any],
+        session_id: str | None = None,
+        input_id: str | None = None,
+        timeout: float = DEFAULT_ROLLOUT_TIMEOUT_S,
+        **overrides: Any,
+    ) -> RolloutFuture:
+        """:meth:`invoke` without blocking the event loop."""
+        return await asyncio.to_thread(self.invoke, payload, session_id, input_id, timeout, **overrides)
+
+    def submit(
+        self,
+        items: Sequence[tuple[Mapping[str, Any], str | None]],
+        *,
+        session_ids: Sequence[str | None] | None = None,
+        timeout: float = DEFAULT_ROLLOUT_TIMEOUT_S,
+        **overrides: Any,
+    ) -> list[RolloutFuture]:
+        """Start many rollouts with batched sends (10 per call) and return their futures in order.
+
+        Args:
+            items: ``(payload, input_id)`` pairs; ``input_id`` ``None`` means the session id.
+            session_ids: rollout ids, parallel to ``items`` (default: new ones).
+            timeout: seconds each rollout may run.
+            **overrides: ``_rollout`` fields for these rollouts.
+
+        A request the queue refuses fails its future with :class:`SubmitError` instead of raising.
+        """
+        if timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        session_ids = session_ids or [None] * len(items)
+        requests: list[DispatchRequest] = []
+        for (payload, input_id), session_id in zip(items, session_ids, strict=True):
+            requests.append(self._request(payload, session_id, input_id, timeout, overrides))
+        futures = [self._future(request) for request in requests]
+        for future in futures:
+            self._poller.register(future)
+        self._send(requests, futures)
+        return futures
+
+    def _request(
+        self,
+        payload: Mapping[str, Any],
+        session_id: str | None,
+        input_id: str | None,
+        timeout: float,
+        overrides: Mapping[str, Any],
+    ) -> DispatchRequest:
+        if not isinstance(payload, Mapping):
+            raise TypeError(f"payload must be a JSON object (a dict), got {type(payload).__name__}")
+        session_id = validate_session_id(session_id) if session_id is not None else new_session_id()
+        input_id = validate_input_id(input_id) if input_id is not None else session_id
+        rollout = {**self._rollout_defaults, **overrides}
+        if self.gateway_url:
+            rollout["base_url"] = session_base_url(self.gateway_url, session_id)
+        request = DispatchRequest(
+            exp_id=self.exp_id,
+            input_id=input_id,
+            session_id=session_id,
+            payload=dict(payload),
+            rollout=rollout,
+            timeout_s=timeout,
+        )
+        if len(request.to_body().encode()) <= SQS_MAX_INLINE_PAYLOAD_BYTES:
+            return request
+        ref = payload_ref_key(self.exp_id, session_id)
+        self._clients.s3.put_object(Bucket=self.s3_bucket, Key=ref, Body=json.dumps(request.payload).encode())
+        return request.model_copy(update={"payload": None, "payload_ref": ref})
+
+    def _future(self, request: DispatchRequest) -> RolloutFuture:
+        return RolloutFuture(request.key, self.s3_bucket, deadline_at=request.deadline_at, on_cancel=self._send_cancel)
+
+    def _send(self, requests: Sequence[DispatchRequest], futures: Sequence[RolloutFuture]) -> None:
+        pending = {
+            request.session_id: (request.to_body(), future) for request, future in zip(requests, futures, strict=True)
+        }
+        for attempt in range(_SUBMIT_ATTEMPTS):
+            failures: dict[str, str] = {}
+            for chunk in _chunks([(sid, body) for sid, (body, _) in pending.items()]):
+                try:
+                    response = self._clients.sqs.send_message_batch(
+                        QueueUrl=self.dispatch_queue_url,
+                        Entries=[{"Id": str(i), "MessageBody": body} for i, (_, body) in enumerate(chunk)],
+                    )
+                except (BotoCoreError, BotoClientError) as exc:
+                    failures.update((sid, str(exc)) for sid, _ in chunk)
+                    continue
+                for failure in response.get("Failed", []):
+                    sid = chunk[int(failure["Id"])][0]
+                    failures[sid] = f"{failure.get('Code')}: {failure.get('Message')}"
+            pending = {sid: pending[sid] for sid in failures}
+            if not pending:
+                return
+            logger.warning("dispatch queue refused %d request(s) (attempt %d)", len(pending), attempt + 1)
+        for sid, (_, future) in pending.items():
+            self._poller.fail(future, SubmitError(f"dispatch queue refused rollout {sid}: {failures[sid]}"))
+
+    def _send_cancel(self, future: RolloutFuture) -> None:
+        request = CancelRequest(exp_id=self.exp_id, input_id=future.input_id, session_id=future.session_id)
+        try:
+            self._clients.sqs.send_message(QueueUrl=self.dispatch_queue_url, MessageBody=request.to_body())
+        except (BotoCoreError, BotoClientError) as exc:
+            raise SubmitError(f"could not send the cancel request of rollout {future.session_id}: {exc}") from exc
+
+    # Collecting
+
+    def attach(self, rollouts: Iterable[str | ResultKey]) -> list[RolloutFuture]:
+        """Collect results of rollouts submitted earlier, e.g. by a process that restarted.
+
+        Each result already stored is read once (GetObject); the others arrive as events.
+
+        Args:
+            rollouts: result keys (``exp_id/input_id/session_id.json`` or :class:`ResultKey`) or bare
+                session ids (these wait for their event only: without the input id there is no key).
+
+        Raises:
+            ValueError: a key of another experiment.
+        """
+        futures: list[RolloutFuture] = []
+        for rollout in rollouts:
+            key = rollout if isinstance(rollout, ResultKey) else _parse_rollout(rollout, self.exp_id)
+            if key.exp_id != self.exp_id:
+                raise ValueError(f"{key} belongs to experiment {key.exp_id!r}, not {self.exp_id!r}")
+            on_cancel = self._send_cancel if key.input_id else None
+            futures.append(RolloutFuture(key, self.s3_bucket, on_cancel=on_cancel))
+        for future in futures:
+            self._poller.register(future)
+        stored = [future for future in futures if future.input_id]
+        for future, result in zip(stored, self._poller.map(self._read_stored, stored), strict=True):
+            if result is not None:
+                self._poller.resolve(future, result)
+        return futures
+
+    def attach_journal(self, path: str | Path) -> list[RolloutFuture]:
+        """:meth:`attach` every rollout recorded in a journal file written by ``run_batch`` or ``eval``."""
+        return self.attach(read_journal(path))
+
+    def _read_stored(self, future: RolloutFuture) -> ClientResult | None:
+        try:
+            body = self._clients.s3.get_object(Bucket=self.s3_bucket, Key=future.result_key)["Body"].read()
+        except BotoClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None
+            raise
+        return self._with_traces(ClientResult.from_json_bytes(body))
+
+    def _load_event(self, event: ObjectCreated) -> ClientResult:
+        body = self._clients.s3.get_object(Bucket=event.bucket, Key=event.key)["Body"].read()
+        return self._with_traces(ClientResult.from_json_bytes(body))
+
+    def _with_traces(self, result: ClientResult) -> ClientResult:
+        if self._traces is not None:
+            result.token_traces = self._traces.read(result.session_id)
+        return result
+
+    # Batches and groups
+
+    def run_batch(
+        self,
+        payloads: Iterable[Mapping[str, Any]],
+        max_concurrent_sessions: int,
+        timeout: float = DEFAULT_ROLLOUT_TIMEOUT_S,
+        *,
+        input_ids: Iterable[str | None] | None = None,
+        journal: str | Path | None = None,
+        **overrides: Any,
+    ) -> Iterator[BatchItem]:
+        """Run payloads with at most ``max_concurrent_sessions`` in flight; yield items as they complete.
+
+        Args:
+            payloads: agent payloads (consumed lazily).
+            max_concurrent_sessions: rollouts in flight at most.
+            timeout: seconds each rollout may run (its server-side deadline).
+            input_ids: group ids parallel to ``payloads`` (default: one group per payload).
+            journal: append each submitted result key to this file (see :meth:`attach_journal`).
+            **overrides: ``_rollout`` fields for every rollout.
+
+        Yields:
+            :class:`BatchItem` in completion order; ``success`` means status ``succeeded``.
+        """
+        return iter_batch(self, _pairs(payloads, input_ids), max_concurrent_sessions, timeout, journal, overrides)
+
+    def run_batch_async(
+        self,
+        payloads: Iterable[Mapping[str, Any]],
+        max_concurrent_sessions: int,
+        timeout: float = DEFAULT_ROLLOUT_TIMEOUT_S,
+        *,
+        input_ids: Iterable[str | None] | None = None,
+        journal: str | Path | None = None,
+        **overrides: Any,
+    ) -> AsyncIterator[BatchItem]:
+        """:meth:`run_batch` as an async iterator (same arguments)."""
+        pairs = _pairs(payloads, input_ids)
+        return iter_batch_async(self, pairs, max_concurrent_sessions, timeout, journal, overrides)
+
+    def run_groups(
+        self,
+        prompts: Iterable[Mapping[str, Any]],
+        samples_per_prompt: int,
+        max_concurrent_sessions: int,
+        timeout: float = DEFAULT_ROLLOUT_TIMEOUT_S,
+        *,
+        policy: FailurePolicy = FailurePolicy.DROP_GROUP,
+        input_ids: Iterable[str] | None = None,
+        eps: float = 1e-6,
+        journal: str | Path | None = None,
+        **overrides: Any,
+    ) -> Iterator[RolloutGroup]:
+        """Run ``samples_per_prompt`` rollouts per prompt and yield each complete GRPO group.
+
+        Args:
+            prompts: one payload per prompt.
+            samples_per_prompt: group size (``n``).
+            max_concurrent_sessions: rollouts in flight at most.
+            timeout: seconds each rollout may run.
+            policy: what to do with groups that have failed members (see :class:`FailurePolicy`).
+            input_ids: group ids parallel to ``prompts`` (default: new uuids).
+            eps: added to the group's reward std in the advantage denominator.
+            journal: append each submitted result key to this file.
+            **overrides: ``_rollout`` fields for every rollout.
+
+        Yields:
+            :class:`RolloutGroup` with group-normalized advantages, in group completion order.
+        """
+        payloads, ids = _expand(prompts, samples_per_prompt, input_ids)
+        items = self.run_batch(payloads, max_concurrent_sessions, timeout, input_ids=ids, journal=journal, **overrides)
+        return iter_groups(items, samples_per_prompt, policy, eps)
+
+    def run_groups_async(
+        self,
+        prompts: Iterable[Mapping[str, Any]],
+        samples_per_prompt: int,
+        max_concurrent_sessions: int,
+        timeout: float = DEFAULT_ROLLOUT_TIMEOUT_S,
+        *,
+        policy: FailurePolicy = FailurePolicy.DROP_GROUP,
+        input_ids: Iterable[str] | None = None,
+        eps: float = 1e-6,
+        journal: str | Path | None = None,
+        **overrides: Any,
+    ) -> AsyncIterator[RolloutGroup]:
+        """:meth:`run_groups` as an async iterator (same arguments)."""
+        payloads, ids = _expand(prompts, samples_per_prompt, input_ids)
+        items = self.run_batch_async(
+            payloads, max_concurrent_sessions, timeout, input_ids=ids, journal=journal, **overrides
+        )
+        return iter_groups_async(items, samples_per_prompt, policy, eps)
+
+    # Inspecting
+
+    def status(self, recent: int = 10) -> ExperimentStatus:
+        """Return queue depths, the number of rollouts in flight and the ``recent`` newest results.
+
+        Lists every result key of the experiment to find the newest (one ListObjectsV2 page per 1,000).
+        """
+        return read_status(self._clients, self.resources, self.s3_bucket, recent)
+
+    def results(self, statuses: Collection[Status | str] | None = None) -> Iterator[ClientResult]:
+        """Yield every stored result of the experiment (one GetObject each), optionally only some statuses."""
+        wanted = {Status(status) for status in statuses} if statuses is not None else None
+        return iter_results(self._clients.s3, self.s3_bucket, self.exp_id, wanted)
+
+    # Lifecycle
+
+    def close(self) -> None:
+        """Stop the poller (futures still pending fail with ``ClientClosedError``) and release connections."""
+        self._poller.close()
+        if self._traces is not None:
+            self._traces.close()
+
+    def __enter__(self) -> RolloutClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> RolloutClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await asyncio.to_thread(self.close)
+
+    def _queue_url(self, name: str) -> str:
+        try:
+            return self._clients.sqs.get_queue_url(QueueName=name)["QueueUrl"]
+        except BotoClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if "NonExistentQueue" in code or "QueueDoesNotExist" in code:
+                raise ExperimentNotFoundError(not_found_message(self.exp_id, f"no SQS queue {name}")) from exc
+            raise
+
+
+def _parse_rollout(rollout: str, exp_id: str) -> ResultKey:
+    if "/" in rollout:
+        return parse_result_key(rollout)
+    return ResultKey(exp_id, "", validate_session_id(rollout))
+
+
+def _pairs(
+    payloads: Iterable[Mapping[str, Any]], input_ids: Iterable[str | None] | None
+) -> Iterator[tuple[Mapping[str, Any], str | None]]:
+    if input_ids is None:
+        return ((payload, None) for payload in payloads)
+    return zip(payloads, input_ids, strict=True)
+
+
+def _expand(
+    prompts: Iterable[Mapping[str, Any]], samples: int, input_ids: Iterable[str] | None
+) -> tuple[list[Mapping[str, Any]], list[str]]:
+    if samples < 1:
+        raise ValueError(f"samples_per_prompt must be at least 1, got {samples}")
+    prompts = list(prompts)
+    ids = list(input_ids) if input_ids is not None else [new_session_id() for _ in prompts]
+    if len(ids) != len(prompts):
+        raise ValueError(f"got {len(ids)} input_ids for {len(prompts)} prompts; give one per prompt")
+    payloads = [prompt for prompt in prompts for _ in range(samples)]
+    return payloads, [input_id for input_id in ids for _ in range(samples)]
+
+
+def _chunks(entries: list[tuple[str, str]]) -> Iterator[list[tuple[str, str]]]:
+    chunk: list[tuple[str, str]] = []
+    size = 0
+    for entry in entries:
+        entry_size = len(entry[1].encode())
+        if chunk and (len(chunk) == _SQS_BATCH_ENTRIES or size + entry_size > _SQS_BATCH_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(entry)
+        size += entry_size
+    if chunk:
+        yield chunk

@@ -1,0 +1,216 @@
+"""The completion poller: one thread per client long-polls the completion queue and resolves futures.
+
+Each message is an S3 "Object Created" event for a result object. The poller looks the session id up
+among the futures it owns (a dict: O(1)), loads the result in a small thread pool, resolves the
+future and deletes the messages in batches. Events for rollouts this process finished recently are
+duplicates and are deleted. Events for rollouts it does not own belong to another trainer process
+(or to a later ``attach``): they are handed back at once (visibility 0), never deleted. The poller
+receives only while it owns pending futures, so an idle client takes nothing from the queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import InvalidStateError, ThreadPoolExecutor
+from typing import Any
+
+from botocore.exceptions import BotoCoreError
+from botocore.exceptions import ClientError as BotoClientError
+from pydantic import ValidationError
+
+from rollout_contract import InvalidIdError, NotAnObjectCreatedEventError, ObjectCreated, parse_object_created
+from trainer_client._config import PollSettings
+from trainer_client._exceptions import ClientClosedError, RolloutError
+from trainer_client._future import RolloutFuture
+from trainer_client._results import ClientResult
+
+__all__ = ["CompletionPoller"]
+
+logger = logging.getLogger("trainer_client")
+
+Loader = Callable[[ObjectCreated], ClientResult]
+_AWS_ERRORS = (BotoCoreError, BotoClientError)
+_RETRY_PAUSE_S = 1.0
+
+
+class CompletionPoller:
+    """Resolve :class:`RolloutFuture` objects from the completion queue.
+
+    Args:
+        sqs: a boto3 SQS client.
+        queue_url: the experiment's completion queue.
+        load: reads the result object an event names (GetObject, traces).
+        settings: poll settings.
+        name: thread name.
+    """
+
+    def __init__(self, sqs: Any, queue_url: str, load: Loader, settings: PollSettings, *, name: str) -> None:
+        self._sqs = sqs
+        self._queue_url = queue_url
+        self._load = load
+        self._settings = settings
+        self._name = name
+        self._pending: dict[str, RolloutFuture] = {}
+        self._finished: OrderedDict[str, None] = OrderedDict()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._fetchers = ThreadPoolExecutor(settings.fetch_workers, thread_name_prefix=f"{name}-fetch")
+
+    @property
+    def pending_count(self) -> int:
+        """How many futures wait for a result."""
+        return len(self._pending)
+
+    def register(self, future: RolloutFuture) -> None:
+        """Own ``future``: resolve it when its result event arrives."""
+        with self._cond:
+            if self._closed:
+                raise ClientClosedError("the client is closed; create a new one to submit or attach rollouts")
+            self._pending[future.session_id] = future
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        future.add_done_callback(self._forget)
+
+    def resolve(self, future: RolloutFuture, result: ClientResult) -> None:
+        """Resolve ``future`` with ``result`` unless it is already done (cancelled, or a duplicate)."""
+        try:
+            future.set_result(result)
+        except InvalidStateError:
+            return
+
+    def fail(self, future: RolloutFuture, error: BaseException) -> None:
+        """Fail ``future`` with ``error`` unless it is already done."""
+        try:
+            future.set_exception(error)
+        except InvalidStateError:
+            return
+
+    def map(self, function: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
+        """Apply ``function`` to ``items`` in the fetch pool; results in order."""
+        return self._fetchers.map(function, items)
+
+    def _forget(self, future: RolloutFuture) -> None:
+        with self._cond:
+            self._pending.pop(future.session_id, None)
+            self._finished[future.session_id] = None
+            if len(self._finished) > self._settings.remember:
+                self._finished.popitem(last=False)
+
+    def close(self) -> None:
+        """Stop polling, fail futures still pending with :class:`ClientClosedError`, release threads.
+
+        Returns within a long-poll wait (messages received meanwhile are handed back).
+        """
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+            pending = list(self._pending.values())
+        if self._thread is not None:
+            self._thread.join(self._settings.wait_time_s + 10)
+        self._fetchers.shutdown(wait=True)
+        for future in pending:
+            self.fail(future, ClientClosedError(f"client closed before rollout {future.session_id} ended"))
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+            try:
+                messages = self._receive()
+                owned = self.handle(messages)
+            except _AWS_ERRORS:
+                logger.exception("completion poller: receive failed on %s; retrying", self._queue_url)
+                self._pause(_RETRY_PAUSE_S)
+                continue
+            if messages and not owned:
+                self._pause(self._settings.idle_backoff_s)
+
+    def _pause(self, seconds: float) -> None:
+        with self._cond:
+            if not self._closed:
+                self._cond.wait(seconds)
+
+    def _receive(self) -> list[dict[str, Any]]:
+        response = self._sqs.receive_message(
+            QueueUrl=self._queue_url,
+            MaxNumberOfMessages=self._settings.max_messages,
+            WaitTimeSeconds=self._settings.wait_time_s,
+        )
+        return response.get("Messages", [])
+
+    def handle(self, messages: list[dict[str, Any]]) -> int:
+        """Process received messages; return how many were for futures this poller owns."""
+        to_delete: list[dict[str, Any]] = []
+        to_return: list[dict[str, Any]] = []
+        owned: list[tuple[dict[str, Any], RolloutFuture, ObjectCreated]] = []
+        for message in messages:
+            try:
+                event = parse_object_created(message["Body"])
+                session_id = event.result_key.session_id
+            except (NotAnObjectCreatedEventError, InvalidIdError) as exc:
+                logger.warning("completion poller: dropping a message that is not a result event: %s", exc)
+                to_delete.append(message)
+                continue
+            with self._cond:
+                future = self._pending.get(session_id)
+                finished = session_id in self._finished
+            if future is not None:
+                owned.append((message, future, event))
+            elif finished:
+                to_delete.append(message)
+            else:
+                to_return.append(message)
+        if self._closed:
+            to_return.extend(message for message, _, _ in owned)
+            owned = []
+        for message, loaded in zip(owned, self._fetchers.map(self._settle, owned), strict=True):
+            (to_delete if loaded else to_return).append(message[0])
+        self._delete(to_delete)
+        self._hand_back(to_return)
+        return len(owned)
+
+    def _settle(self, item: tuple[dict[str, Any], RolloutFuture, ObjectCreated]) -> bool:
+        _, future, event = item
+        try:
+            result = self._load(event)
+        except _AWS_ERRORS:
+            logger.exception("completion poller: could not read %s; the event will be retried", event.key)
+            return False
+        except ValidationError as exc:
+            self.fail(future, RolloutError(f"result object {event.key} is not a valid rollout result: {exc}"))
+            return True
+        self.resolve(future, result)
+        return True
+
+    def _delete(self, messages: Iterable[dict[str, Any]]) -> None:
+        entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)]
+        if entries:
+            self._batch_call(self._sqs.delete_message_batch, entries)
+
+    def _hand_back(self, messages: Iterable[dict[str, Any]]) -> None:
+        entries = [
+            {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0} for i, m in enumerate(messages)
+        ]
+        if entries:
+            self._batch_call(self._sqs.change_message_visibility_batch, entries)
+
+    def _batch_call(self, call: Callable[..., dict[str, Any]], entries: list[dict[str, Any]]) -> None:
+        for start in range(0, len(entries), 10):
+            response = call(QueueUrl=self._queue_url, Entries=entries[start : start + 10])
+            for failure in response.get("Failed", []):
+                logger.warning(
+                    "completion poller: %s failed for one message (%s); it will be received again",
+                    call.__name__,
+                    failure.get("Code"),
+                )

@@ -1,0 +1,114 @@
+"""Read-only views of an experiment: queue depths, rollouts in flight, stored results."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from rollout_contract import ExperimentResources, Status, experiment_prefix, is_result_key
+from rollout_contract.sessions import INFLIGHT_MARK
+from trainer_client._aws import AwsClients
+from trainer_client._results import ClientResult
+
+__all__ = ["ExperimentStatus", "QueueDepth", "iter_result_keys", "iter_results", "read_status"]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDepth:
+    """Approximate message counts of one queue."""
+
+    name: str
+    visible: int
+    in_flight: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExperimentStatus:
+    """A snapshot of an experiment.
+
+    Attributes:
+        exp_id: the experiment.
+        queues: dispatch and completion queues and their dead-letter queues.
+        rollouts_in_flight: rollouts holding a session slot (the sessions table's in-flight index).
+        recent: the most recently written results, newest first.
+    """
+
+    exp_id: str
+    queues: list[QueueDepth]
+    rollouts_in_flight: int
+    recent: list[ClientResult]
+
+
+def read_status(clients: AwsClients, resources: ExperimentResources, bucket: str, recent: int) -> ExperimentStatus:
+    """Read queue depths, the in-flight count and the ``recent`` newest results."""
+    queues = []
+    for spec in (resources.dispatch_queue, resources.completion_queue):
+        for name in (spec.name, spec.dlq_name):
+            url = clients.sqs.get_queue_url(QueueName=name)["QueueUrl"]
+            attributes = clients.sqs.get_queue_attributes(
+                QueueUrl=url,
+                AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+            )["Attributes"]
+            queues.append(
+                QueueDepth(
+                    name,
+                    int(attributes["ApproximateNumberOfMessages"]),
+                    int(attributes["ApproximateNumberOfMessagesNotVisible"]),
+                )
+            )
+    newest = heapq.nlargest(
+        recent, _result_objects(clients.s3, bucket, resources.exp_id), key=lambda o: o["LastModified"]
+    )
+    return ExperimentStatus(
+        resources.exp_id,
+        queues,
+        _count_in_flight(clients.dynamodb, resources),
+        [_read(clients.s3, bucket, obj["Key"]) for obj in newest],
+    )
+
+
+def _count_in_flight(dynamodb: Any, resources: ExperimentResources) -> int:
+    index = resources.sessions_table.indexes[0]
+    count = 0
+    query: dict[str, Any] = {
+        "TableName": resources.sessions_table.name,
+        "IndexName": index.name,
+        "KeyConditionExpression": "#p = :mark",
+        "ExpressionAttributeNames": {"#p": index.partition_key},
+        "ExpressionAttributeValues": {":mark": {"S": INFLIGHT_MARK}},
+        "Select": "COUNT",
+    }
+    while True:
+        page = dynamodb.query(**query)
+        count += page["Count"]
+        if "LastEvaluatedKey" not in page:
+            return count
+        query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def _result_objects(s3: Any, bucket: str, exp_id: str) -> Iterator[dict[str, Any]]:
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=experiment_prefix(exp_id)):
+        for obj in page.get("Contents", []):
+            if is_result_key(obj["Key"]):
+                yield obj
+
+
+def iter_result_keys(s3: Any, bucket: str, exp_id: str) -> Iterator[str]:
+    """Yield the key of every result object of experiment ``exp_id``."""
+    return (obj["Key"] for obj in _result_objects(s3, bucket, exp_id))
+
+
+def iter_results(
+    s3: Any, bucket: str, exp_id: str, statuses: Collection[Status] | None = None
+) -> Iterator[ClientResult]:
+    """Yield every stored result of experiment ``exp_id`` (one GetObject each), optionally filtered by status."""
+    for key in iter_result_keys(s3, bucket, exp_id):
+        result = _read(s3, bucket, key)
+        if statuses is None or result.status in statuses:
+            yield result
+
+
+def _read(s3: Any, bucket: str, key: str) -> ClientResult:
+    return ClientResult.from_json_bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
