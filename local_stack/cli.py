@@ -21,7 +21,8 @@ _DEFAULT_RUN_DIR = Path(".local-stack")
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``local up|down|status`` to the ``rollouts`` parser's subcommands."""
+    """Add ``local up|down|status`` and ``demo`` to the ``rollouts`` parser's subcommands."""
+    _add_demo(subparsers)
     local = subparsers.add_parser("local", help="run the whole pipeline on this machine (no AWS account)")
     actions = local.add_subparsers(title="actions", metavar="ACTION")
     local.set_defaults(func=lambda _args: _print_help(local))
@@ -46,6 +47,50 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     _add_run_dir(status)
     status.add_argument("--env", action="store_true", help="print only the shell exports a trainer needs")
     status.set_defaults(func=_status)
+
+
+def _add_demo(subparsers: argparse._SubParsersAction) -> None:
+    demo = subparsers.add_parser(
+        "demo", help="bring the local stack up, run the math agent in GRPO groups, summarize, shut down"
+    )
+    demo.add_argument("--prompts", type=int, default=16, help="bundled math problems (16)")
+    demo.add_argument("--samples", type=int, default=4, help="samples per prompt, the GRPO group size (4)")
+    demo.add_argument("--concurrency", type=int, default=16, help="rollouts in flight at most (16)")
+    demo.add_argument("--temperature", type=float, default=0.8, help="sampling temperature (0.8)")
+    demo.add_argument("--timeout", type=float, default=120.0, help="seconds each rollout may take (120)")
+    demo.add_argument("--seed", type=int, default=0, help="dataset seed (0)")
+    demo.add_argument("--model-url", help="use this OpenAI-compatible endpoint (http://host:port/v1), not the stand-in")
+    demo.add_argument("--model-id", default="stand-in-math", help="model name sent to the endpoint")
+    demo.add_argument("--output", type=Path, help="results JSONL (default: results/demo-<time>.jsonl)")
+    _add_run_dir(demo)
+    demo.set_defaults(func=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from local_stack.demo import DemoSettings, run_demo
+
+    state = read_state(args.run_dir)
+    if state and any(_alive(p) for p in state["processes"]):
+        print(f"a local stack already runs from {args.run_dir}; run `rollouts local down` first", file=sys.stderr)
+        return 1
+    try:
+        settings = DemoSettings(
+            prompts=args.prompts,
+            samples_per_prompt=args.samples,
+            concurrency=args.concurrency,
+            temperature=args.temperature,
+            timeout_s=args.timeout,
+            seed=args.seed,
+            model_url=args.model_url,
+            model_id=args.model_id,
+            run_dir=args.run_dir,
+            output=args.output,
+        )
+    except ValueError as exc:
+        print(f"rollouts demo: {exc}", file=sys.stderr)
+        return 2
+    report = run_demo(settings)
+    return 0 if report.by_status.get("succeeded", 0) > 0 else 1
 
 
 def _print_help(parser: argparse.ArgumentParser) -> int:

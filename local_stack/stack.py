@@ -72,6 +72,11 @@ class StackSettings:
         sweep_interval_s: seconds between sweeper runs.
         extra_pythonpath: directories prepended to the workers' ``PYTHONPATH`` (for test handlers).
         ready_timeout_s: how long each process may take to become ready.
+        tps_limit: the dispatchers' invoke budget per runtime (default: ``HandlerSettings``'s, ACR's 25/s).
+        session_budget: the dispatchers' active-session budget (default: ``HandlerSettings``'s).
+        runtime_options: more ``RuntimeConfig`` fields for every runtime of the emulator (``invoke_tps``,
+            ``warm_pool_size``, ``preload``, ``idle_timeout_s``, ``cold_start_delay``, ...).
+        emulator_options: more ``EmulatorConfig`` fields (``max_active_sessions``, ...).
     """
 
     run_dir: Path = DEFAULT_RUN_DIR
@@ -87,6 +92,10 @@ class StackSettings:
     sweep_interval_s: float = 5.0
     extra_pythonpath: tuple[Path, ...] = ()
     ready_timeout_s: float = 60.0
+    tps_limit: float | None = None
+    session_budget: int | None = None
+    runtime_options: Mapping[str, Any] = field(default_factory=dict)
+    emulator_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.experiments:
@@ -223,10 +232,11 @@ class LocalStack:
                 "command": list(self.settings.agent_command),
                 "working_dir": str(PROJECT_ROOT),
                 "environment": agent_env,
+                **self.settings.runtime_options,
             }
             for exp_id in self.settings.experiments
         ]
-        return {"runtimes": runtimes}
+        return {**self.settings.emulator_options, "runtimes": runtimes}
 
     def _emulator_process(self, base_env: Mapping[str, str]) -> ManagedProcess:
         config_path = self.run_dir / "emulator.json"
@@ -269,6 +279,12 @@ class LocalStack:
         ready_file = self.run_dir / f"worker-{exp_id}.ready"
         ready_file.unlink(missing_ok=True)
         handlers = [arg for role in DEFAULT_HANDLERS for arg in (f"--{role}", s.handlers.get(role, ""))]
+        budgets = [
+            arg
+            for flag, value in (("--tps-limit", s.tps_limit), ("--session-budget", s.session_budget))
+            if value is not None
+            for arg in (flag, str(value))
+        ]
         return ManagedProcess(
             name=f"worker-{exp_id}",
             argv=[
@@ -278,6 +294,7 @@ class LocalStack:
                 "--exp",
                 exp_id,
                 *handlers,
+                *budgets,
                 "--dispatcher-concurrency",
                 str(s.dispatcher_concurrency),
                 "--sweep-interval",

@@ -39,7 +39,7 @@ from trainer_client._exceptions import (
     SubmitError,
 )
 from trainer_client._future import RolloutFuture
-from trainer_client._grpo import FailurePolicy, RolloutGroup, group_advantages
+from trainer_client._grpo import FailurePolicy, GroupCollector, RolloutGroup, group_advantages
 from trainer_client._journal import read_journal
 from trainer_client._results import ClientResult, TokenTrace
 from trainer_client._status import ExperimentStatus, QueueDepth
@@ -57,6 +57,7 @@ __all__ = [
     "ExperimentNotFoundError",
     "ExperimentStatus",
     "FailurePolicy",
+    "GroupCollector",
     "PollSettings",
     "QueueDepth",
     "RolloutCancelledError",

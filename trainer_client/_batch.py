@@ -73,6 +73,15 @@ class BatchItem:
                 error = exc
         return cls(error is None, result, error, index, future.elapsed(), future.session_id, future.input_id)
 
+    def to_record(self) -> dict[str, Any]:
+        """A JSON-ready line for a results file: the result (with token traces), or the ids and the error."""
+        record: dict[str, Any] = {"index": self.index, "success": self.success, "elapsed_s": round(self.elapsed, 3)}
+        if self.result is not None:
+            record.update(self.result.model_dump(mode="json", exclude_none=True))
+        else:
+            record.update(session_id=self.session_id, input_id=self.input_id, error=str(self.error))
+        return record
+
 
 class _BatchCore:
     """Submission and collection state shared by both iterators (no waiting here)."""

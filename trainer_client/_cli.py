@@ -13,21 +13,18 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import statistics
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import EndpointConnectionError, NoCredentialsError, NoRegionError
-from tqdm import tqdm
 
 from rollout_contract import InvalidIdError, Status, new_session_id
-from trainer_client._batch import BatchItem
 from trainer_client._client import RolloutClient
 from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S, PollSettings
 from trainer_client._exceptions import RolloutError
+from trainer_client._progress import RolloutProgress
 
 __all__ = ["build_parser", "main"]
 
@@ -129,47 +126,16 @@ def _eval(args: argparse.Namespace) -> int:
     input_ids = _input_ids(rows, args.input_id_field, args.samples)
     payloads = [row for row in rows for _ in range(args.samples)]
     overrides = {"model_id": args.model_id} if args.model_id else {}
-    progress = _Progress(len(payloads))
+    progress = RolloutProgress(len(payloads))
     with _connect(args) as client, args.output.open("w", encoding="utf-8") as out:
         items = client.run_batch(
             payloads, args.concurrency, args.timeout, input_ids=input_ids, journal=args.journal, **overrides
         )
         for item in items:
-            out.write(json.dumps(_item_record(item)) + "\n")
+            out.write(json.dumps(item.to_record()) + "\n")
             progress.update(item)
     progress.close()
     return 0 if progress.failed == 0 else 1
-
-
-class _Progress:
-    """A tqdm bar showing done, failed, throughput and mean reward."""
-
-    def __init__(self, total: int) -> None:
-        self.failed = 0
-        self._rewards: list[float] = []
-        self._start = time.monotonic()
-        self._bar = tqdm(total=total, unit="rollout", file=sys.stderr, dynamic_ncols=True)
-
-    def update(self, item: BatchItem) -> None:
-        self.failed += not item.success
-        if item.success and item.result is not None and item.result.reward is not None:
-            self._rewards.append(item.result.reward)
-        rate = (self._bar.n + 1) / max(time.monotonic() - self._start, 1e-9)
-        reward = f"{statistics.fmean(self._rewards):.3f}" if self._rewards else "-"
-        self._bar.set_postfix(failed=self.failed, per_s=f"{rate:.1f}", reward=reward, refresh=False)
-        self._bar.update(1)
-
-    def close(self) -> None:
-        self._bar.close()
-
-
-def _item_record(item: BatchItem) -> dict[str, Any]:
-    record: dict[str, Any] = {"index": item.index, "success": item.success, "elapsed_s": round(item.elapsed, 3)}
-    if item.result is not None:
-        record.update(item.result.model_dump(mode="json", exclude_none=True))
-    else:
-        record.update(session_id=item.session_id, input_id=item.input_id, error=str(item.error))
-    return record
 
 
 def _read_dataset(path: Path) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from enum import StrEnum
 from trainer_client._batch import BatchItem
 from trainer_client._results import ClientResult
 
-__all__ = ["FailurePolicy", "RolloutGroup", "group_advantages", "iter_groups", "iter_groups_async"]
+__all__ = ["FailurePolicy", "GroupCollector", "RolloutGroup", "group_advantages", "iter_groups", "iter_groups_async"]
 
 logger = logging.getLogger("trainer_client")
 
@@ -72,8 +72,12 @@ def _is_failed(item: BatchItem) -> bool:
     return not item.success or item.result is None or item.result.reward is None
 
 
-class _Grouper:
-    """Collect batch items by ``input_id`` and build each group when its last member arrives."""
+class GroupCollector:
+    """Collect batch items by ``input_id``; :meth:`add` returns each group when its last member arrives.
+
+    For callers that iterate a batch themselves (e.g. to show every rollout as it finishes) and still
+    want GRPO groups; :meth:`RolloutClient.run_groups` uses it.
+    """
 
     def __init__(self, size: int, policy: FailurePolicy, eps: float) -> None:
         self._size = size
@@ -82,6 +86,7 @@ class _Grouper:
         self._open: dict[str, list[BatchItem]] = {}
 
     def add(self, item: BatchItem) -> RolloutGroup | None:
+        """Add one finished member; return its group if now complete and kept by the policy, else ``None``."""
         members = self._open.setdefault(item.input_id or item.session_id, [])
         members.append(item)
         if len(members) < self._size:
@@ -106,7 +111,7 @@ class _Grouper:
 
 def iter_groups(items: Iterable[BatchItem], size: int, policy: FailurePolicy, eps: float) -> Iterator[RolloutGroup]:
     """Group a batch's items; yield each group the policy keeps."""
-    grouper = _Grouper(size, policy, eps)
+    grouper = GroupCollector(size, policy, eps)
     for item in items:
         if (group := grouper.add(item)) is not None:
             yield group
@@ -116,7 +121,7 @@ async def iter_groups_async(
     items: AsyncIterator[BatchItem], size: int, policy: FailurePolicy, eps: float
 ) -> AsyncIterator[RolloutGroup]:
     """:func:`iter_groups` over an async iterator of items."""
-    grouper = _Grouper(size, policy, eps)
+    grouper = GroupCollector(size, policy, eps)
     async for item in items:
         if (group := grouper.add(item)) is not None:
             yield group

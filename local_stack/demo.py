@@ -1,0 +1,207 @@
+"""``rollouts demo`` (``make demo``): the math agent in GRPO groups through the whole local pipeline.
+
+Brings the local stack up, runs ``prompts x samples`` rollouts of the example math agent through the
+real path (dispatch queue -> dispatcher -> ACR emulator -> agent -> S3 -> EventBridge -> SQS -> trainer,
+with the finisher stopping sessions and the gateway capturing token ids), shows a progress bar, prints a
+summary, writes every result as JSONL, and shuts everything down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TextIO
+
+import httpx
+
+from examples.math_agent.dataset import synthetic
+from local_stack.stack import DEFAULT_RUN_DIR, LocalStack, StackSettings
+from trainer_client import BatchItem, FailurePolicy, GroupCollector, PollSettings, RolloutClient, RolloutGroup
+from trainer_client._progress import RolloutProgress
+
+__all__ = ["DemoReport", "DemoSettings", "run_demo"]
+
+DEMO_EXPERIMENT = "demo"
+#: How long the demo waits, after the last result, for the finisher to stop the last sessions.
+STOP_WAIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    """What the demo runs.
+
+    Attributes:
+        prompts: bundled math problems to use (generated with ``seed``).
+        samples_per_prompt: GRPO group size.
+        concurrency: rollouts in flight at most.
+        temperature: sampling temperature (the stand-in model's error rate grows with it).
+        timeout_s: each rollout's deadline.
+        seed: dataset seed.
+        policy: what to do with groups that have failed members.
+        model_url: a real OpenAI-compatible endpoint (``http://host:port/v1``) instead of the stand-in.
+        model_id: the model name sent to the endpoint.
+        run_dir: the local stack's logs and state.
+        output: where the results go (default: ``results/demo-<UTC time>.jsonl``).
+    """
+
+    prompts: int = 16
+    samples_per_prompt: int = 4
+    concurrency: int = 16
+    temperature: float = 0.8
+    timeout_s: float = 120.0
+    seed: int = 0
+    policy: FailurePolicy = FailurePolicy.DROP_FAILED
+    model_url: str | None = None
+    model_id: str = "stand-in-math"
+    run_dir: Path = DEFAULT_RUN_DIR
+    output: Path | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("prompts", "samples_per_prompt", "concurrency"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+
+
+@dataclass
+class DemoReport:
+    """What the demo measured; :meth:`render` prints it."""
+
+    rollouts: int = 0
+    by_status: Counter[str] = field(default_factory=Counter)
+    rewards: list[float] = field(default_factory=list)
+    groups_kept: int = 0
+    groups_dropped: int = 0
+    groups_with_signal: int = 0
+    end_to_end_s: list[float] = field(default_factory=list)
+    agent_s: list[float] = field(default_factory=list)
+    traced_rollouts: int = 0
+    completion_tokens: int = 0
+    sessions_started: int = 0
+    sessions_stopped: int = 0
+    startup_s: float = 0.0
+    run_s: float = 0.0
+    total_s: float = 0.0
+    output: Path | None = None
+
+    def add_item(self, item: BatchItem) -> None:
+        """Count one finished rollout."""
+        self.rollouts += 1
+        self.end_to_end_s.append(item.elapsed)
+        result = item.result
+        if result is None:
+            self.by_status["no result"] += 1
+            return
+        self.by_status[result.status.value] += 1
+        if result.reward is not None and result.ok:
+            self.rewards.append(result.reward)
+        if result.timings.duration_s is not None:
+            self.agent_s.append(result.timings.duration_s)
+        if result.token_traces:
+            self.traced_rollouts += 1
+            self.completion_tokens += sum(len(trace.completion_token_ids) for trace in result.token_traces)
+
+    def add_group(self, group: RolloutGroup) -> None:
+        """Count one complete group the failure policy kept."""
+        self.groups_kept += 1
+        self.groups_with_signal += any(abs(advantage) > 1e-9 for advantage in group.advantages)
+
+    def render(self, out: TextIO) -> None:
+        """Print the summary."""
+        statuses = ", ".join(f"{name} {count}" for name, count in sorted(self.by_status.items()))
+        reward = f"{statistics.fmean(self.rewards):.3f}" if self.rewards else "-"
+        lines = [
+            "",
+            "== demo summary ==",
+            f"rollouts        {self.rollouts} ({statuses})",
+            f"reward mean     {reward} over {len(self.rewards)} succeeded rollouts",
+            f"GRPO groups     {self.groups_kept} kept, {self.groups_dropped} dropped, "
+            f"{self.groups_with_signal} with non-zero advantages",
+            f"end to end      {_percentiles(self.end_to_end_s)}  (submit -> future resolved)",
+            f"agent run       {_percentiles(self.agent_s)}  (handler start -> result written)",
+            f"token traces    {self.traced_rollouts} rollouts traced, {self.completion_tokens} completion tokens",
+            f"sessions        {self.sessions_started} started, {self.sessions_stopped} stopped",
+            f"time            {self.total_s:.1f} s total ({self.startup_s:.1f} s stack start, "
+            f"{self.run_s:.1f} s rollouts, {self.rollouts / max(self.run_s, 1e-9):.2f} rollouts/s)",
+            f"results         {self.output}",
+        ]
+        out.write("\n".join(lines) + "\n")
+
+
+def run_demo(settings: DemoSettings, out: TextIO = sys.stdout) -> DemoReport:
+    """Run the demo end to end and return what it measured (the local stack is stopped on return)."""
+    report = DemoReport()
+    started = time.monotonic()
+    output = settings.output or Path("results") / f"demo-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.jsonl"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    report.output = output
+    stack_settings = StackSettings(
+        run_dir=settings.run_dir,
+        experiments=(DEMO_EXPERIMENT,),
+        model_base_url=settings.model_url,
+        session_budget=settings.concurrency,
+    )
+    out.write(f"starting the local stack (logs in {settings.run_dir}/) ...\n")
+    with LocalStack(stack_settings) as stack:
+        report.startup_s = time.monotonic() - started
+        out.write(f"stack up in {report.startup_s:.1f} s; running {settings.prompts} prompts x "
+                  f"{settings.samples_per_prompt} samples\n")
+        os.environ.update(stack.env)
+        rows = synthetic(settings.prompts, seed=settings.seed)
+        payloads = [{"prompt": row["prompt"], "answer": row["answer"]} for row in rows]
+        run_started = time.monotonic()
+        progress = RolloutProgress(settings.prompts * settings.samples_per_prompt)
+        collector = GroupCollector(settings.samples_per_prompt, settings.policy, eps=1e-6)
+        input_ids = [f"problem-{row['idx']}" for row in rows for _ in range(settings.samples_per_prompt)]
+        with RolloutClient.for_experiment(
+            DEMO_EXPERIMENT, poll=PollSettings(), sampling_params={"temperature": settings.temperature}
+        ) as client, output.open("w", encoding="utf-8") as sink:
+            items = client.run_batch(
+                [payload for payload in payloads for _ in range(settings.samples_per_prompt)],
+                settings.concurrency,
+                settings.timeout_s,
+                input_ids=input_ids,
+                model_id=settings.model_id,
+            )
+            for item in items:
+                progress.update(item)
+                report.add_item(item)
+                sink.write(json.dumps(item.to_record()) + "\n")
+                if (group := collector.add(item)) is not None:
+                    report.add_group(group)
+        report.groups_dropped = settings.prompts - report.groups_kept
+        progress.close()
+        report.run_s = time.monotonic() - run_started
+        report.sessions_started, report.sessions_stopped = _wait_for_stops(stack, report.rollouts)
+    report.total_s = time.monotonic() - started
+    report.render(out)
+    return report
+
+
+def _wait_for_stops(stack: LocalStack, expected: int) -> tuple[int, int]:
+    """Return the emulator's (sessions started, sessions stopped), once the finisher caught up or time ran out."""
+    deadline = time.monotonic() + STOP_WAIT_S
+    while True:
+        counters = httpx.get(f"{stack.emulator_url}/_admin/stats", timeout=5).json()["counters"]
+        if counters["stops"] >= expected or time.monotonic() > deadline:
+            return counters["starts"], counters["stops"]
+        time.sleep(0.2)
+
+
+def _percentiles(values: list[float]) -> str:
+    if not values:
+        return "-"
+    ordered = sorted(values)
+
+    def pick(q: float) -> float:
+        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+    return f"p50 {pick(0.5):.2f} s, p90 {pick(0.9):.2f} s, p99 {pick(0.99):.2f} s"
