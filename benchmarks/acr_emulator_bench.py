@@ -1,9 +1,13 @@
 """Benchmark the local ACR emulator: session starts per second and the latency it adds per invoke.
 
-Run: ``.venv/bin/python benchmarks/acr_emulator_bench.py`` (loopback only, about 20-40 s).
+Run: ``.venv/bin/python benchmarks/acr_emulator_bench.py`` (loopback only, about 60-90 s).
 
 - Cold starts: new sessions of a standard-library agent and of a ``BedrockAgentCoreApp`` agent, one after
   another and (stdlib) four at a time; each start is timed to the end of its first invoke.
+- Cold vs fork-server starts (``preload``): a ``BedrockAgentCoreApp`` agent and, when Strands is installed,
+  one with the math agent's imports; starts per second (one at a time, and four at a time) and CPU seconds per
+  start, counting the emulator, its template processes and every agent process it started (read from
+  ``/proc``: own plus reaped children's time), all in the same run.
 - Warm starts: new sessions served from a filled warm pool.
 - Added latency: the same small JSON invoke sent alternately through the emulator and straight to the
   agent's port (both raw HTTP over keep-alive connections), plus boto3 through the emulator for scale.
@@ -12,7 +16,9 @@ Run: ``.venv/bin/python benchmarks/acr_emulator_bench.py`` (loopback only, about
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
 import statistics
 import sys
 import time
@@ -31,6 +37,9 @@ from rollout_contract.protocol import SESSION_HEADER
 AGENTS = Path(__file__).resolve().parent.parent / "tests" / "acr_emulator" / "agents"
 ARN_PREFIX = "arn:aws:bedrock-agentcore:us-east-1:123456789012:runtime/bench-"
 WARM_POOL = 4
+SDK_PRELOAD = ("bedrock_agentcore.runtime", "uvicorn")
+MATH_IMPORTS = ("strands", "strands.models.openai", "bedrock_agentcore.runtime", "boto3")
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _runtime(name: str, agent: str, **settings: object) -> RuntimeConfig:
@@ -82,6 +91,52 @@ class Bench:
         return self.http.get(f"{self.url}/_admin/{view}").json()
 
 
+def _cpu_seconds(pid: int) -> float:
+    """CPU time of a live process plus that of the children it has reaped (utime, stime, cutime, cstime)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return sum(int(v) for v in fields[11:15]) / _CLOCK_TICKS
+
+
+class CpuMeter:
+    """CPU seconds spent by the emulator, its fork-server templates and every agent process they have reaped."""
+
+    def __init__(self, bench: Bench, emulator_pid: int) -> None:
+        self._bench = bench
+        self._emulator_pid = emulator_pid
+
+    def total(self) -> float:
+        templates = [v["pid"] for v in self._bench.admin("stats")["fork_servers"].values() if v["pid"]]
+        return sum(_cpu_seconds(pid) for pid in (self._emulator_pid, *templates))
+
+    def preload_seconds(self, runtime_arn: str) -> float:
+        """CPU the runtime's template has spent so far (its one-time preload, before any session)."""
+        return _cpu_seconds(self._bench.admin("stats")["fork_servers"][runtime_arn]["pid"])
+
+
+def _cold_vs_fork(bench: Bench, meter: CpuMeter, name: str, cold: RuntimeConfig, forked: RuntimeConfig, count: int):
+    print(
+        f"{name}: preload {', '.join(forked.preload)} (one-time template CPU {meter.preload_seconds(forked.arn):.2f} s)"
+    )
+    for mode, runtime in (("cold process start", cold), ("fork-server start", forked)):
+        before = meter.total()
+        one_rate, one_median = bench.starts(runtime.arn, count)
+        four_rate, _ = bench.starts(runtime.arn, count, concurrency=4)
+        cpu = (meter.total() - before) / (2 * count)
+        print(
+            f"  {mode:<19} {one_rate:6.2f} starts/s one at a time (median {one_median * 1000:5.0f} ms), "
+            f"{four_rate:6.2f} starts/s four at a time, {cpu:5.3f} CPU s per start"
+        )
+
+
+def _wait_for_fork_servers(bench: Bench, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not all(v["ready"] for v in bench.admin("stats")["fork_servers"].values()):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"fork servers not ready after {timeout_s:g}s: {bench.admin('stats')['fork_servers']}")
+        time.sleep(0.1)
+
+
 def _percentiles(samples: list[float]) -> tuple[float, float]:
     ordered = sorted(samples)
     return ordered[len(ordered) // 2] * 1000, ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
@@ -129,12 +184,28 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     stdlib, sdk = _runtime("stdlib", "stdlib_agent.py"), _runtime("sdk", "sdk_agent.py")
+    sdk_forked = _runtime("sdk-forked", "sdk_agent.py", preload=SDK_PRELOAD)
     warm = _runtime("warm", "stdlib_agent.py", warm_pool_size=WARM_POOL)
-    config = EmulatorConfig(runtimes=(stdlib, sdk, warm))
+    runtimes = [stdlib, sdk, sdk_forked, warm]
+    math = None
+    if all(importlib.util.find_spec(name.split(".")[0]) for name in MATH_IMPORTS):
+        math = (
+            _runtime("math", "math_imports_agent.py"),
+            _runtime("math-forked", "math_imports_agent.py", preload=(*MATH_IMPORTS, "uvicorn")),
+        )
+        runtimes += math
+    else:
+        print(f"skipping the math agent's imports: one of {', '.join(MATH_IMPORTS)} is not installed")
+    config = EmulatorConfig(runtimes=tuple(runtimes))
     began = time.perf_counter()
     with start_emulator(config) as emulator:
         bench = Bench(emulator.url)
         print(f"emulator up at {emulator.url}")
+        _wait_for_fork_servers(bench)
+        meter = CpuMeter(bench, emulator.pid)
+        _cold_vs_fork(bench, meter, "BedrockAgentCoreApp agent", sdk, sdk_forked, args.starts)
+        if math:
+            _cold_vs_fork(bench, meter, "math agent's imports", *math, args.starts)
         rate, median = bench.starts(stdlib.arn, args.starts)
         print(f"cold starts, stdlib agent, sequential:      {rate:6.1f} /s  (median {median * 1000:.0f} ms each)")
         rate, median = bench.starts(stdlib.arn, args.starts, concurrency=4)

@@ -9,6 +9,7 @@ process (the microVM analogue). Point boto3 at it with ``endpoint_url=emulator.u
 - ``app``: :func:`create_app` (a Starlette app; its lifespan owns the processes).
 - ``server``: :func:`serve` (in this process), :func:`start_emulator` -> :class:`EmulatorProcess` (background).
 - ``sessions``: :class:`SessionManager` (lifecycle, warm pools, quotas, counters).
+- ``forkserver``: the fork-server start mode (``preload``); ``_template.py`` is the template process it runs.
 - ``errors``: the ACR errors it answers with.
 - CLI: ``python -m local_stack.acr_emulator serve --config FILE [--port N]`` prints ``{"url": ...}`` on stdout
   once ready; ``... sessions --url URL`` and ``... stats --url URL`` print the admin views.
@@ -32,7 +33,8 @@ Config file (JSON; every field but ``runtimes[].arn`` and ``runtimes[].command``
         "invoke_timeout_s": 900, "stop_grace_s": 5, "ping_interval_s": 2,
         "invoke_tps": 25,                   # token bucket (burst = 1 s worth); invokes and stops spend it
         "warm_pool_size": 0,                # fresh, never-used processes kept ready
-        "cold_start_delay": {"min_s": 0, "max_s": 0}   # injected before each process start
+        "cold_start_delay": {"min_s": 0, "max_s": 0},  # injected before each process start
+        "preload": []                       # modules to import once in a fork-server template; [] = off
       }]
     }
 
@@ -41,6 +43,25 @@ Agent processes: the command must serve the ACR container contract on ``127.0.0.
 ``TMPDIR`` and working directory (removed when the session ends), its own process group, and an
 environment holding only ``PATH``, ``LANG``/``LC_*``/``TZ``, ``PORT``, ``HOME``, ``TMPDIR``, the runtime's
 ``environment`` and its ``inherit_env`` names.
+
+Fork-server starts (``preload``, off by default): a runtime that lists modules in ``preload`` gets a template
+process (launched with the emulator) that imports them once with the runtime's environment; each new session's
+process is then forked from it (copy-on-write) instead of started with ``exec``, so it no longer pays for those
+imports (the math agent's Strands/openai/boto3 imports cost about 1 s of CPU per process; see
+``benchmarks/acr_emulator_bench.py``). The forked process becomes its own session and process group, takes the
+session's environment (as above), ``HOME``, ``TMPDIR``, working directory and log, and runs the command in-process
+as ``python path.py args...`` or ``python -m module args...`` would (``__name__ == "__main__"``, ``sys.argv``,
+``sys.path[0]``); any other command shape is a config error. It still serves exactly one session, and everything
+else (pings, idle and max lifetime, stop, crash, kill, warm pool, cold-start delay, quotas, logs) is as above.
+The template starts no thread or event loop (a preload that starts a thread is refused), reaps its children and
+reports their pids and exits over JSON lines on its stdin/stdout. If it dies, the processes it forked are killed
+(their sessions end as crashed), the emulator logs it and the next session start launches a new one; a preload
+that fails to import fails that start with 424 ``RuntimeClientError`` naming the module. ``/_admin/stats`` shows
+each template under ``fork_servers``. Caveat: preload only modules whose import has no environment-dependent
+side effects. The import ran once, in the template, without the session's ``PORT``, ``HOME``, ``TMPDIR`` or
+working directory, so whatever a module reads or builds at import (settings from the environment, clients,
+caches, loggers, open files, random state other than :mod:`random`'s) is the template's and shared by every
+session; forked sessions also share the template's hash seed and show its command line in ``ps``.
 
 Sessions end on ``StopRuntimeSession`` (SIGTERM, SIGKILL after ``stop_grace_s``), after ``idle_timeout_s``
 without activity (an invoke in flight, a ``HealthyBusy`` ping or a moving ``time_of_last_update``), at

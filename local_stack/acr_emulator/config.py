@@ -56,6 +56,13 @@ class RuntimeConfig(BaseModel):
     The command must serve the ACR container contract on ``127.0.0.1:$PORT``. Each session's process gets
     only ``environment``, the variables named in ``inherit_env`` (copied from the emulator's environment
     when set there) and the basics (``PATH``, ``LANG``/``LC_*``, ``PORT``, ``HOME``, ``TMPDIR``).
+
+    ``preload`` (off when empty) switches the runtime to fork-server starts: a template process imports these
+    modules once and each session's process is forked from it, then runs the command in-process. The command
+    must then be ``[python, path.py, args...]`` or ``[python, -m, module, args...]``. Preload only modules
+    whose import has no environment-dependent side effects: the import ran once, in the template, with the
+    runtime's environment but not the session's ``PORT``, ``HOME``, ``TMPDIR`` or working directory, so
+    anything a module reads from those at import (settings, clients, caches, loggers) is the template's.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -78,6 +85,10 @@ class RuntimeConfig(BaseModel):
     invoke_tps: float = Field(default=DEFAULT_INVOKE_TPS, gt=0)
     warm_pool_size: int = Field(default=0, ge=0)
     cold_start_delay: ColdStartDelay = ColdStartDelay()
+    preload: tuple[str, ...] = Field(
+        default=(),
+        description="Modules a fork-server template imports once; each session is forked from it. Empty: off.",
+    )
 
     @field_validator("arn")
     @classmethod
@@ -85,6 +96,31 @@ class RuntimeConfig(BaseModel):
         if "?" in arn or arn != arn.strip():
             raise ValueError(f"runtime arn {arn!r} must not contain '?' or surrounding spaces")
         return arn
+
+    @field_validator("preload")
+    @classmethod
+    def _preload_names_are_modules(cls, preload: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [name for name in preload if not all(part.isidentifier() for part in name.split("."))]
+        if bad:
+            raise ValueError(f"preload entries must be dotted module names like 'boto3' or 'strands.models'; got {bad}")
+        return preload
+
+    @model_validator(mode="after")
+    def _preload_needs_a_python_command(self) -> RuntimeConfig:
+        if self.preload and not _is_forkable(self.command):
+            raise ValueError(
+                "preload needs the command in one of the forms [python, path.py, args...] or "
+                f"[python, -m, module, args...]; got {list(self.command)}. Drop preload or change the command."
+            )
+        return self
+
+
+def _is_forkable(command: tuple[str, ...]) -> bool:
+    if len(command) < 2 or not Path(command[0]).name.startswith("python"):
+        return False
+    if command[1] == "-m":
+        return len(command) >= 3 and all(part.isidentifier() for part in command[2].split("."))
+    return not command[1].startswith("-")
 
 
 class EmulatorConfig(BaseModel):

@@ -2,7 +2,9 @@
 
 Each process gets its own port (``PORT``), its own ``HOME``, ``TMPDIR`` and (by default) working directory
 under one temporary root that is removed when the process ends, and a scrubbed environment. It runs in its
-own process group so ending it also ends anything it started.
+own process group so ending it also ends anything it started. It is started with ``exec`` or, for a runtime
+with ``preload``, forked from the runtime's :class:`~local_stack.acr_emulator.forkserver.ForkServer`; both
+are driven the same way from then on.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Protocol
 
 import httpx
 
@@ -27,8 +29,9 @@ from rollout_contract.protocol import PingStatus
 
 if TYPE_CHECKING:
     from local_stack.acr_emulator.config import RuntimeConfig
+    from local_stack.acr_emulator.forkserver import ForkServer
 
-__all__ = ["AgentProcess", "PingReport", "agent_environment"]
+__all__ = ["AgentProcess", "PingReport", "ProcessHandle", "agent_environment"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,13 +48,48 @@ class PingReport:
     time_of_last_update: float | None
 
 
-def agent_environment(runtime: RuntimeConfig, *, port: int, home: Path, tmpdir: Path) -> dict[str, str]:
-    """The complete environment of an agent process: basics, what the runtime grants, and its own dirs."""
+class ProcessHandle(Protocol):
+    """A started OS process: an :class:`asyncio.subprocess.Process` or a forked ``ForkedChild``."""
+
+    @property
+    def pid(self) -> int:
+        """The process id."""
+
+    @property
+    def returncode(self) -> int | None:
+        """Exit code once the process has ended (negative: the signal that ended it), else None."""
+
+    async def wait(self) -> int:
+        """Wait for the process to end; return its exit code."""
+
+
+def agent_environment(runtime: RuntimeConfig, *, port: int | None, home: Path, tmpdir: Path) -> dict[str, str]:
+    """The complete environment of an agent process: basics, what the runtime grants, and its own dirs.
+
+    ``port`` is None for a fork server's template, which serves nothing (it gets no ``PORT``).
+    """
     env = {k: v for k, v in os.environ.items() if k in _BASIC_ENV or k.startswith("LC_")}
     env.update({name: os.environ[name] for name in runtime.inherit_env if name in os.environ})
     env.update(runtime.environment)
-    env.update({"PORT": str(port), "HOME": str(home), "TMPDIR": str(tmpdir)})
+    env.update({"HOME": str(home), "TMPDIR": str(tmpdir)})
+    if port is not None:
+        env["PORT"] = str(port)
     return env
+
+
+async def _exec(command: tuple[str, ...], *, env: dict[str, str], cwd: Path, out: IO[bytes] | IO[str]) -> ProcessHandle:
+    try:
+        return await asyncio.create_subprocess_exec(
+            *command,
+            cwd=cwd,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
+    except OSError as e:
+        raise RuntimeClientError(f"could not start the agent process {command[0]!r}: {e}") from e
 
 
 def _free_port() -> int:
@@ -63,7 +101,7 @@ def _free_port() -> int:
 class AgentProcess:
     """A started agent process. Create with :meth:`spawn`; end with :meth:`terminate` or :meth:`kill`."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, *, port: int, root: Path, log: IO[bytes] | None) -> None:
+    def __init__(self, proc: ProcessHandle, *, port: int, root: Path, log: IO[bytes] | None) -> None:
         self._proc = proc
         self.port = port
         self.root = root
@@ -71,36 +109,46 @@ class AgentProcess:
         self.created_at = time.time()
 
     @classmethod
-    async def spawn(cls, runtime: RuntimeConfig, *, log_dir: Path | None = None) -> AgentProcess:
+    async def spawn(
+        cls,
+        runtime: RuntimeConfig,
+        *,
+        deadline: float,
+        log_dir: Path | None = None,
+        fork_server: ForkServer | None = None,
+    ) -> AgentProcess:
         """Start ``runtime.command`` in a fresh directory tree on a free port.
 
-        Output goes to ``log_dir/<pid>.log`` when ``log_dir`` is set, else to the emulator's stderr.
+        Args:
+            runtime: what to run.
+            deadline: ``time.monotonic()`` by which a fork server must have forked it (``exec`` is immediate).
+            log_dir: output goes to ``log_dir/<root>.log`` when set, else to the emulator's stderr.
+            fork_server: fork the process from this runtime's template instead of ``exec``-ing the command.
 
         Raises:
-            RuntimeClientError: the command could not be started (missing executable, bad working dir).
+            RuntimeClientError: the command could not be started (missing executable, bad working dir, a fork
+                server that cannot preload or has died).
         """
         root = Path(tempfile.mkdtemp(prefix="acr-session-"))
         home, tmpdir, work = root / "home", root / "tmp", root / "work"
         for d in (home, tmpdir, work):
             d.mkdir()
         port = _free_port()
-        log = open(log_dir / f"{root.name}.log", "ab") if log_dir else None
-        out = log if log else sys.stderr
+        env = agent_environment(runtime, port=port, home=home, tmpdir=tmpdir)
+        cwd = runtime.working_dir or work
+        log_path = log_dir / f"{root.name}.log" if log_dir else None
+        log = None
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *runtime.command,
-                cwd=runtime.working_dir or work,
-                env=agent_environment(runtime, port=port, home=home, tmpdir=tmpdir),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-                start_new_session=True,
-            )
-        except OSError as e:
+            if fork_server is not None:
+                proc: ProcessHandle = await fork_server.spawn(env=env, cwd=cwd, log=log_path, deadline=deadline)
+            else:
+                log = open(log_path, "ab") if log_path else None
+                proc = await _exec(runtime.command, env=env, cwd=cwd, out=log or sys.stderr)
+        except BaseException:
             if log:
                 log.close()
             shutil.rmtree(root, ignore_errors=True)
-            raise RuntimeClientError(f"could not start the agent process {runtime.command[0]!r}: {e}") from e
+            raise
         logger.debug("started agent pid=%s port=%s runtime=%s", proc.pid, port, runtime.arn)
         return cls(proc, port=port, root=root, log=log)
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from local_stack.acr_emulator.errors import NotFoundError, RuntimeClientError, SessionQuotaExceededError, ThrottledError
+from local_stack.acr_emulator.forkserver import ForkServer
 from local_stack.acr_emulator.process import AgentProcess, PingReport
 from local_stack.acr_emulator.quotas import TokenBucket
 from rollout_contract.protocol import PingStatus
@@ -127,18 +128,21 @@ class SessionManager:
         self._invocations = {r.arn: deque[float](maxlen=config.invocation_log_size) for r in config.runtimes}
         self._warm: dict[str, deque[AgentProcess]] = {r.arn: deque() for r in config.runtimes}
         self._warm_pending: Counter[str] = Counter()
+        self._fork_servers = {r.arn: ForkServer(r) for r in config.runtimes if r.preload}
         self._tasks: set[asyncio.Task[None]] = set()
         self._processes: set[AgentProcess] = set()
         self._closed = False
         self.client = httpx.AsyncClient(trust_env=False, limits=httpx.Limits(max_connections=None))
 
     async def start(self) -> None:
-        """Fill the warm pools."""
+        """Launch the fork servers and fill the warm pools."""
+        for fork_server in self._fork_servers.values():
+            fork_server.start()
         for runtime in self.config.runtimes:
             self._refill(runtime)
 
     async def close(self) -> None:
-        """End every session and warm process and wait for them to exit."""
+        """End every session, warm process and fork server and wait for them to exit."""
         self._closed = True
         await asyncio.gather(*(self._end(s, EndReason.SHUTDOWN) for s in list(self._sessions.values())))
         for task in list(self._tasks):
@@ -146,13 +150,16 @@ class SessionManager:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.gather(*(self._end(s, EndReason.SHUTDOWN) for s in list(self._sessions.values())))
         await asyncio.gather(*(self._retire(p, 0) for p in list(self._processes)))
+        await asyncio.gather(*(f.close() for f in self._fork_servers.values()))
         await self.client.aclose()
 
     def kill_all_now(self) -> None:
-        """SIGKILL every process group at once (a synchronous backstop when the event loop is gone)."""
+        """SIGKILL every process group and fork server at once (a synchronous backstop when the loop is gone)."""
         for process in self._processes:
             process.kill()
             process.cleanup()
+        for fork_server in self._fork_servers.values():
+            fork_server.kill_now()
 
     def take_token(self, runtime: RuntimeConfig) -> None:
         """Spend one of the runtime's data-plane tokens (invoke or stop).
@@ -221,12 +228,13 @@ class SessionManager:
         return [s.view() for s in self._sessions.values()] + [s.view() for s in reversed(self._ended)]
 
     def stats_view(self) -> dict[str, Any]:
-        """Counters, active sessions and warm pool sizes."""
+        """Counters, active sessions, warm pool sizes and the fork servers (runtimes with ``preload``)."""
         return {
             "counters": dict(self.counters),
             "active_sessions": len(self._sessions),
             "max_active_sessions": self.config.max_active_sessions,
             "warm_pool": {arn: len(pool) for arn, pool in self._warm.items()},
+            "fork_servers": {arn: fork_server.view() for arn, fork_server in self._fork_servers.items()},
         }
 
     def invocations_view(self) -> dict[str, list[float]]:
@@ -273,7 +281,9 @@ class SessionManager:
             raise RuntimeClientError(
                 f"the runtime was not ready within its start-up limit of {runtime.startup_limit_s:g}s"
             )
-        process = await AgentProcess.spawn(runtime, log_dir=self.config.log_dir)
+        process = await AgentProcess.spawn(
+            runtime, deadline=deadline, log_dir=self.config.log_dir, fork_server=self._fork_servers.get(runtime.arn)
+        )
         self._processes.add(process)
         try:
             await process.wait_ready(self.client, deadline)

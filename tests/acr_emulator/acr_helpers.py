@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import boto3
@@ -16,6 +18,8 @@ AGENTS = Path(__file__).parent / "agents"
 ARN_PREFIX = "arn:aws:bedrock-agentcore:us-east-1:123456789012:runtime/"
 SECRET_ENV = {"ACR_TEST_SECRET": "must-not-leak", "ACR_TEST_INHERITED": "inherited-value"}
 MAX_PAYLOAD_BYTES = 64 * 1024
+PRELOAD = ("preload_marker",)
+BROKEN_PRELOAD = "acr_test_module_that_does_not_exist"
 
 
 def arn(name: str) -> str:
@@ -40,6 +44,18 @@ SHARED_RUNTIMES = (
     stdlib_runtime("warm", warm_pool_size=1),
     stdlib_runtime("qualified", qualifiers=("DEFAULT", "canary")),
     RuntimeConfig(arn=arn("sdk"), command=(sys.executable, str(AGENTS / "sdk_agent.py")), ping_interval_s=0.2),
+    stdlib_runtime("forked", preload=PRELOAD, environment={"GRANTED": "yes"}, inherit_env=("ACR_TEST_INHERITED",)),
+    stdlib_runtime("forked-idle", preload=PRELOAD, idle_timeout_s=0.8),
+    stdlib_runtime("forked-stubborn", "--ignore-sigterm", preload=PRELOAD, stop_grace_s=0.3),
+    stdlib_runtime("forked-broken", preload=(BROKEN_PRELOAD,)),
+    stdlib_runtime("forked-threaded", preload=("thread_at_import",)),
+    RuntimeConfig(
+        arn=arn("forked-module"),
+        command=(sys.executable, "-m", "stdlib_agent", "--tag", "x"),
+        working_dir=AGENTS,
+        preload=PRELOAD,
+        ping_interval_s=0.1,
+    ),
 )
 
 
@@ -76,3 +92,18 @@ def pid_alive(pid: int) -> bool:
 def admin(url: str, view: str) -> dict:
     """GET one of the emulator's admin views."""
     return httpx.get(f"{url}/_admin/{view}", trust_env=False, timeout=10).json()
+
+
+def fork_server(url: str, runtime_arn: str) -> dict:
+    """The admin view of a runtime's fork server (pid, ready, children, launches)."""
+    return admin(url, "stats")["fork_servers"][runtime_arn]
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float = 5.0) -> bool:
+    """Poll ``predicate`` every 50 ms until it holds or ``timeout_s`` passes; return its last value."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()

@@ -87,6 +87,44 @@ def test_token_bucket_allows_a_burst_then_the_rate():
     assert (burst, later) == (5, 2)
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("node", "agent.js"),
+        ("python",),
+        ("python", "-u", "agent.py"),
+        ("python", "-m"),
+        ("python", "-m", "not a module"),
+    ],
+)
+def test_preload_with_a_command_it_cannot_fork_is_rejected_naming_the_forms(command):
+    # GIVEN a command that is not [python, path.py, ...] or [python, -m, module, ...]
+    # WHEN a runtime with preload is built with it
+    # THEN the config is rejected, naming the accepted forms
+    with pytest.raises(ValidationError, match=r"preload needs the command in one of the forms \[python, path.py"):
+        RuntimeConfig(arn=ARN, command=command, preload=("json",))
+
+
+@pytest.mark.parametrize(
+    "command", [("/venv/bin/python", "agent.py", "--flag"), ("python3.11", "-m", "pkg.agent", "--flag")]
+)
+def test_preload_accepts_a_script_or_a_module_command(command):
+    # GIVEN a python script or module command
+    # WHEN a runtime with preload is built with it
+    runtime = RuntimeConfig(arn=ARN, command=command, preload=("json", "email.parser"))
+    # THEN it is accepted, and preload stays off by default
+    assert runtime.preload == ("json", "email.parser")
+    assert RuntimeConfig(arn=ARN, command=command).preload == ()
+
+
+def test_preload_entries_must_be_module_names():
+    # GIVEN a preload entry that is a path, not a module name
+    # WHEN the runtime is built
+    # THEN it is rejected, saying what a preload entry must look like
+    with pytest.raises(ValidationError, match="dotted module names"):
+        RuntimeConfig(arn=ARN, command=("python", "agent.py"), preload=("strands/models",))
+
+
 def test_package_exports_match_all():
     # GIVEN the package's __all__
     # THEN every name exists and is public

@@ -10,21 +10,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from acr_helpers import SECRET_ENV, admin, arn, invoke_json, pid_alive
+from acr_helpers import SECRET_ENV, admin, arn, invoke_json, pid_alive, wait_for
 
 from rollout_contract import new_session_id
 from rollout_contract.protocol import REQUEST_ID_HEADER, SESSION_HEADER
 
 TRACE_ID = "Root=1-5759e988-bd862e3fe1be46a994272793"
-
-
-def _wait_for(predicate, timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 def test_first_invoke_starts_an_agent_and_relays_its_json_with_the_session_header(client, session_id):
@@ -124,7 +115,7 @@ def test_idle_session_ends_after_the_idle_timeout(client, emulator, session_id):
     pid = invoke_json(client, arn("idle"), session_id)["pid"]
     # WHEN nothing happens for longer than that
     # THEN the process ends and the session is recorded as expired
-    assert _wait_for(lambda: not pid_alive(pid))
+    assert wait_for(lambda: not pid_alive(pid))
     ended = [s for s in admin(emulator.url, "sessions")["sessions"] if s["session_id"] == session_id]
     assert ended[0]["end_reason"] == "idle_timeout"
     # AND the same id starts a fresh process
@@ -145,7 +136,7 @@ def test_session_ends_at_max_lifetime_even_while_busy(client, emulator, session_
     pid = invoke_json(client, arn("lifetime"), session_id, {"busy_s": 30})["pid"]
     # WHEN the lifetime passes
     # THEN the process ends
-    assert _wait_for(lambda: not pid_alive(pid))
+    assert wait_for(lambda: not pid_alive(pid))
     ended = [s for s in admin(emulator.url, "sessions")["sessions"] if s["session_id"] == session_id]
     assert ended[0]["end_reason"] == "max_lifetime"
 
@@ -175,7 +166,7 @@ def test_process_that_exits_by_itself_ends_its_session(client, emulator, session
         views = admin(emulator.url, "sessions")["sessions"]
         return any(s["session_id"] == session_id and s["end_reason"] == "crashed" for s in views)
 
-    assert _wait_for(crashed)
+    assert wait_for(crashed)
 
 
 def test_sse_from_a_bedrock_agentcore_app_streams_through_boto3(client, session_id):
@@ -194,13 +185,13 @@ def test_sse_from_a_bedrock_agentcore_app_streams_through_boto3(client, session_
 
 def test_warm_pool_hands_each_new_session_a_never_used_process(client, emulator):
     # GIVEN a runtime with a warm pool of one, filled
-    assert _wait_for(lambda: admin(emulator.url, "stats")["warm_pool"][arn("warm")] == 1)
+    assert wait_for(lambda: admin(emulator.url, "stats")["warm_pool"][arn("warm")] == 1)
     warm_starts = admin(emulator.url, "stats")["counters"]["warm_starts"]
     # WHEN a session starts, then ends, then another starts
     first_id = new_session_id()
     first = invoke_json(client, arn("warm"), first_id)["pid"]
     client.stop_runtime_session(agentRuntimeArn=arn("warm"), runtimeSessionId=first_id)
-    assert _wait_for(lambda: admin(emulator.url, "stats")["warm_pool"][arn("warm")] == 1)
+    assert wait_for(lambda: admin(emulator.url, "stats")["warm_pool"][arn("warm")] == 1)
     second = invoke_json(client, arn("warm"), new_session_id())["pid"]
     # THEN both came from the pool and no process served two sessions
     assert admin(emulator.url, "stats")["counters"]["warm_starts"] == warm_starts + 2

@@ -4,8 +4,10 @@ Serves ``127.0.0.1:$PORT``. ``POST /invocations`` with a JSON object:
 - ``{"busy_s": 2}``: answer at once, report ``HealthyBusy`` on ``/ping`` for 2 s;
 - ``{"fail": 500}``: answer with that HTTP status;
 - ``{"stream": 3}``: answer with 3 server-sent events;
-- anything else: answer with the process's identity (pid, session and request ids, dirs, environment).
-Flags: ``--never-ready`` (never listens), ``--ignore-sigterm``.
+- anything else: answer with the process's identity (pid, process group, parent, argv, session and request
+  ids, dirs, environment, and which process imported ``preload_marker`` if a fork server preloaded it).
+Flags: ``--never-ready`` (never listens), ``--ignore-sigterm``, ``--announce`` (print ``agent pid=<pid>`` on
+stdout once listening).
 """
 
 import json
@@ -79,6 +81,11 @@ class Handler(BaseHTTPRequestHandler):
                     "payload": payload,
                     "cwd": os.getcwd(),
                     "env": dict(os.environ),
+                    "pgid": os.getpgid(0),
+                    "ppid": os.getppid(),
+                    "argv": sys.argv,
+                    "main": __name__,
+                    "preload_marker_imported_by": getattr(sys.modules.get("preload_marker"), "IMPORTED_BY", None),
                 },
             )
 
@@ -89,7 +96,10 @@ def main():
     if "--never-ready" in sys.argv:
         time.sleep(3600)
         return
-    ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()
+    server = ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler)
+    if "--announce" in sys.argv:
+        print(f"agent pid={os.getpid()}", flush=True)
+    server.serve_forever()
 
 
 if __name__ == "__main__":
