@@ -47,8 +47,10 @@ DISPATCH_WORKERS = 10
 #: Delay before retrying after a retryable ACR error: doubles per attempt from the base, up to the cap.
 RETRY_BASE_S = 1.0
 RETRY_CAP_S = 300.0
-#: Delay while waiting for a session slot: doubles per receive, up to the cap.
-SLOT_WAIT_CAP_S = 60.0
+#: Delay while waiting for a session slot: one more second per receive, up to the cap. Slots free up
+#: continuously (a finisher frees one moments after each result), so the first retries come quickly;
+#: the cap bounds the receives a long backlog costs (one per message per cap).
+SLOT_WAIT_CAP_S = 30.0
 #: Delay after losing a race with another copy of the same message.
 RACE_DELAY_S = 1.0
 #: SQS refuses visibility timeouts above 12 hours.
@@ -76,7 +78,7 @@ def retry_delay_s(attempt: int) -> float:
 
 def slot_wait_delay_s(receive_count: int) -> float:
     """Seconds to wait for a session slot on the ``receive_count``-th receive of a message."""
-    return min(SLOT_WAIT_CAP_S, 2.0 ** max(receive_count, 1))
+    return min(SLOT_WAIT_CAP_S, float(max(receive_count, 1)))
 
 
 def cancel(request: CancelRequest, rt: Runtime) -> DispatchOutcome:
@@ -140,7 +142,9 @@ def _admit(
     if record.state is SessionState.QUEUED:
         admission = rt.ledger.admit(request.session_id, owner=owner, lease_until=lease_until)
         if admission is Admission.NO_SLOT:
-            raise RequeueError("no free session slot", slot_wait_delay_s(receive_count))
+            # Never wait past the deadline: the next receive ends a rollout that never got a slot as timed_out.
+            wait = min(slot_wait_delay_s(receive_count), max(RACE_DELAY_S, request.deadline_at - now))
+            raise RequeueError("no free session slot", wait)
         if admission is Admission.STATE_CHANGED:
             raise RequeueError("the rollout changed state meanwhile", RACE_DELAY_S)
         return

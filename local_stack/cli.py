@@ -35,7 +35,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--no-workers", action="store_true", help="run no Lambda workers (run the handlers yourself)")
     up.add_argument("--latency", type=float, default=0.0, help="stand-in model: simulated seconds per call (0)")
     up.add_argument("--seed", type=int, default=0, help="stand-in model: seed (0)")
-    up.add_argument("--dispatcher-concurrency", type=int, default=4, help="dispatcher pollers per experiment (4)")
+    up.add_argument(
+        "--dispatcher-environments", type=int, default=2, help="dispatcher worker processes per experiment (2)"
+    )
     up.add_argument("--sweep-interval", type=float, default=5.0, help="seconds between sweeper runs (5)")
     up.set_defaults(func=_up)
 
@@ -147,7 +149,7 @@ def _up(args: argparse.Namespace) -> int:
             model=EndpointSettings(seed=args.seed, latency_s=args.latency),
             gateway=not args.no_gateway,
             workers=not args.no_workers,
-            dispatcher_concurrency=args.dispatcher_concurrency,
+            dispatcher_environments=args.dispatcher_environments,
             sweep_interval_s=args.sweep_interval,
         )
     except ValueError as exc:

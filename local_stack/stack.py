@@ -7,7 +7,8 @@ Processes, each on 127.0.0.1 with a port the OS chose, logs under the run direct
 - ``model``: the stand-in model (:mod:`local_stack.model_endpoint`), unless a real endpoint is given;
 - ``gateway``: the token gateway in front of the model (:mod:`local_stack.gateway`);
 - ``emulator``: the ACR emulator hosting the example math agent, one runtime per experiment;
-- ``worker-<exp>``: the local Lambda worker of each experiment (:mod:`local_stack.worker`).
+- ``worker-<exp>`` (finisher and sweeper) and ``worker-<exp>-dispatcher-<i>``: the local Lambda workers of
+  each experiment (:mod:`local_stack.worker`), one process per execution environment.
 
 ``stop()`` (also on Ctrl-C inside ``with LocalStack(...)``) stops them in reverse order, each with its
 process group, so agent processes started by the emulator go too.
@@ -47,6 +48,17 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RUN_DIR = Path(".local-stack")
 EXAMPLE_AGENT = PROJECT_ROOT / "examples" / "math_agent" / "rl_app.py"
 EXAMPLE_RUNTIME_NAME = "math_agent"
+#: What the example agent's sessions are forked from (the emulator's fork-server mode): its libraries,
+#: imported once instead of once per session (about 1 s of CPU each).
+EXAMPLE_AGENT_PRELOAD = (
+    "boto3",
+    "uvicorn",
+    "bedrock_agentcore.runtime",
+    "strands",
+    "strands.models.openai",
+    "agent_app",
+    "examples.math_agent.agent",
+)
 
 
 def runtime_arn(exp_id: str, name: str = EXAMPLE_RUNTIME_NAME) -> str:
@@ -68,14 +80,17 @@ class StackSettings:
         workers: run a Lambda worker per experiment.
         agent_command: the agent process each session runs (default: this Python on the example agent).
         handlers: dotted handler paths per role (``dispatcher``, ``finisher``, ``sweeper``).
-        dispatcher_concurrency: dispatcher pollers per worker.
+        dispatcher_environments: dispatcher worker processes per experiment. Each is one Lambda execution
+            environment (one invocation at a time, batch records handled in parallel inside it), like
+            the dispatcher's concurrency in AWS; the finisher and sweeper share one more process.
         sweep_interval_s: seconds between sweeper runs.
         extra_pythonpath: directories prepended to the workers' ``PYTHONPATH`` (for test handlers).
         ready_timeout_s: how long each process may take to become ready.
         tps_limit: the dispatchers' invoke budget per runtime (default: ``HandlerSettings``'s, ACR's 25/s).
         session_budget: the dispatchers' active-session budget (default: ``HandlerSettings``'s).
         runtime_options: more ``RuntimeConfig`` fields for every runtime of the emulator (``invoke_tps``,
-            ``warm_pool_size``, ``preload``, ``idle_timeout_s``, ``cold_start_delay``, ...).
+            ``warm_pool_size``, ``preload``, ``idle_timeout_s``, ``cold_start_delay``, ...); by default the
+            example agent's libraries are preloaded (:data:`EXAMPLE_AGENT_PRELOAD`).
         emulator_options: more ``EmulatorConfig`` fields (``max_active_sessions``, ...).
     """
 
@@ -88,18 +103,20 @@ class StackSettings:
     workers: bool = True
     agent_command: tuple[str, ...] = (sys.executable, str(EXAMPLE_AGENT))
     handlers: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_HANDLERS))
-    dispatcher_concurrency: int = 4
+    dispatcher_environments: int = 2
     sweep_interval_s: float = 5.0
     extra_pythonpath: tuple[Path, ...] = ()
     ready_timeout_s: float = 60.0
     tps_limit: float | None = None
     session_budget: int | None = None
-    runtime_options: Mapping[str, Any] = field(default_factory=dict)
+    runtime_options: Mapping[str, Any] = field(default_factory=lambda: {"preload": EXAMPLE_AGENT_PRELOAD})
     emulator_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.experiments:
             raise ValueError("give at least one experiment id")
+        if self.dispatcher_environments < 1:
+            raise ValueError(f"dispatcher_environments must be at least 1, got {self.dispatcher_environments}")
         for exp_id in self.experiments:
             validate_exp_id(exp_id)
         unknown = set(self.handlers) - set(DEFAULT_HANDLERS)
@@ -193,7 +210,10 @@ class LocalStack:
         if s.workers:
             child_env["PYTHONPATH"] = os.pathsep.join([*map(str, s.extra_pythonpath), base_env["PYTHONPATH"]])
             for exp_id in s.experiments:
-                self._launch(self._worker_process(exp_id, child_env))
+                self._launch(self._worker_process(exp_id, child_env, f"worker-{exp_id}", ("finisher", "sweeper")))
+                for index in range(s.dispatcher_environments):
+                    name = f"worker-{exp_id}-dispatcher-{index}"
+                    self._launch(self._worker_process(exp_id, child_env, name, ("dispatcher",)))
         for process in self.processes:
             process.wait_ready(s.ready_timeout_s)
 
@@ -274,11 +294,18 @@ class LocalStack:
         process.ready = ready
         return process
 
-    def _worker_process(self, exp_id: str, env: Mapping[str, str]) -> ManagedProcess:
+    def _worker_process(
+        self, exp_id: str, env: Mapping[str, str], name: str, roles: tuple[str, ...]
+    ) -> ManagedProcess:
+        """A local worker process running the handlers of ``roles`` (the others off)."""
         s = self.settings
-        ready_file = self.run_dir / f"worker-{exp_id}.ready"
+        ready_file = self.run_dir / f"{name}.ready"
         ready_file.unlink(missing_ok=True)
-        handlers = [arg for role in DEFAULT_HANDLERS for arg in (f"--{role}", s.handlers.get(role, ""))]
+        handlers = [
+            arg
+            for role in DEFAULT_HANDLERS
+            for arg in (f"--{role}", s.handlers.get(role, "") if role in roles else "")
+        ]
         budgets = [
             arg
             for flag, value in (("--tps-limit", s.tps_limit), ("--session-budget", s.session_budget))
@@ -286,7 +313,7 @@ class LocalStack:
             for arg in (flag, str(value))
         ]
         return ManagedProcess(
-            name=f"worker-{exp_id}",
+            name=name,
             argv=[
                 sys.executable,
                 "-m",
@@ -295,14 +322,12 @@ class LocalStack:
                 exp_id,
                 *handlers,
                 *budgets,
-                "--dispatcher-concurrency",
-                str(s.dispatcher_concurrency),
                 "--sweep-interval",
                 str(s.sweep_interval_s),
                 "--ready-file",
                 str(ready_file),
             ],
-            log_path=self.run_dir / f"worker-{exp_id}.log",
+            log_path=self.run_dir / f"{name}.log",
             env=dict(env),
             cwd=PROJECT_ROOT,
             ready=ready_file.exists,

@@ -175,15 +175,15 @@ class WorkerSettings:
     """How the worker polls and invokes.
 
     Attributes:
-        dispatcher_concurrency: pollers (threads) feeding the dispatcher, like Lambda's concurrency.
-        finisher_concurrency: pollers feeding the finisher.
+        dispatcher_concurrency: 1 to run the dispatcher, 0 to leave it off.
+        finisher_concurrency: 1 to run the finisher, 0 to leave it off.
         sweep_interval_s: seconds between sweeper runs (a minute in AWS; a few seconds locally).
         wait_time_s: SQS long-poll wait (a message wakes it at once; a stop does not wait for it).
         batch_size: records per event (1-10).
         timeout_s: the functions' timeout, as the context reports it.
     """
 
-    dispatcher_concurrency: int = 4
+    dispatcher_concurrency: int = 1
     finisher_concurrency: int = 1
     sweep_interval_s: float = 5.0
     wait_time_s: int = 10
@@ -197,8 +197,12 @@ class WorkerSettings:
             raise ValueError(f"wait_time_s must be 0-20 (SQS long polling), got {self.wait_time_s}")
         if self.sweep_interval_s <= 0 or self.timeout_s <= 0:
             raise ValueError("sweep_interval_s and timeout_s must be positive")
-        if self.dispatcher_concurrency < 0 or self.finisher_concurrency < 0:
-            raise ValueError("concurrency must be 0 (function off) or more")
+        if not (0 <= self.dispatcher_concurrency <= 1 and 0 <= self.finisher_concurrency <= 1):
+            raise ValueError(
+                "a worker process is one Lambda execution environment per function: concurrency is 0 (off) or 1, "
+                "as handlers keep module-level state (clients, batch processor, metrics) the way Lambda allows; "
+                "run more worker processes for more concurrency"
+            )
 
 
 class Worker:

@@ -74,7 +74,15 @@ def test_local_stack_runs_every_part_and_leaves_no_process_behind(tmp_path: Path
         pids = [p.pid for p in stack.processes]
         names = [p.name for p in stack.processes]
         # THEN every part answers on 127.0.0.1, and the descriptor is where a trainer looks for it
-        assert names == ["moto", "model", "emulator", "gateway", "worker-stack-test"]
+        assert names == [
+            "moto",
+            "model",
+            "emulator",
+            "gateway",
+            "worker-stack-test",
+            "worker-stack-test-dispatcher-0",
+            "worker-stack-test-dispatcher-1",
+        ]
         assert httpx.get(f"{stack.model_url}/models").status_code == 200
         assert httpx.get(f"{stack.gateway_url}/health").status_code == 200
         assert httpx.get(f"{stack.emulator_url}/_admin/stats").status_code == 200
@@ -116,10 +124,10 @@ def test_a_stack_that_fails_to_start_stops_what_it_started(tmp_path: Path, handl
         handlers={**TEST_HANDLERS, "dispatcher": "no_such_module.handler"}, extra_pythonpath=(HERE,),
     )  # fmt: skip
     # WHEN it starts
-    with pytest.raises(ProcessStartError, match="worker-broken exited"):
+    with pytest.raises(ProcessStartError, match="worker-broken-dispatcher-0 exited"):
         LocalStack(settings).start()
     # THEN the error points at the log and nothing it started is still running
-    assert "no_such_module" in (tmp_path / "worker-broken.log").read_text()
+    assert "no_such_module" in (tmp_path / "worker-broken-dispatcher-0.log").read_text()
     assert _live_children() <= children_before
 
 

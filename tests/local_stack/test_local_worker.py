@@ -64,7 +64,7 @@ def worker(
             "--wait-time",
             "1",
             "--dispatcher-concurrency",
-            "2",
+            "1",
             "--ready-file",
             str(ready),
         ],
