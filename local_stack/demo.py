@@ -14,6 +14,8 @@ import statistics
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -154,16 +156,19 @@ def run_demo(settings: DemoSettings, out: TextIO = sys.stdout) -> DemoReport:
         report.startup_s = time.monotonic() - started
         out.write(f"stack up in {report.startup_s:.1f} s; running {settings.prompts} prompts x "
                   f"{settings.samples_per_prompt} samples\n")
-        os.environ.update(stack.env)
         rows = synthetic(settings.prompts, seed=settings.seed)
         payloads = [{"prompt": row["prompt"], "answer": row["answer"]} for row in rows]
         run_started = time.monotonic()
         progress = RolloutProgress(settings.prompts * settings.samples_per_prompt)
         collector = GroupCollector(settings.samples_per_prompt, settings.policy, eps=1e-6)
         input_ids = [f"problem-{row['idx']}" for row in rows for _ in range(settings.samples_per_prompt)]
-        with RolloutClient.for_experiment(
-            DEMO_EXPERIMENT, poll=PollSettings(), sampling_params={"temperature": settings.temperature}
-        ) as client, output.open("w", encoding="utf-8") as sink:
+        with (
+            _environment(stack.env),
+            RolloutClient.for_experiment(
+                DEMO_EXPERIMENT, poll=PollSettings(), sampling_params={"temperature": settings.temperature}
+            ) as client,
+            output.open("w", encoding="utf-8") as sink,
+        ):
             items = client.run_batch(
                 [payload for payload in payloads for _ in range(settings.samples_per_prompt)],
                 settings.concurrency,
@@ -184,6 +189,21 @@ def run_demo(settings: DemoSettings, out: TextIO = sys.stdout) -> DemoReport:
     report.total_s = time.monotonic() - started
     report.render(out)
     return report
+
+
+@contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    """Set environment variables (the local stack's endpoints and credentials) for the block, then restore them."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _wait_for_stops(stack: LocalStack, expected: int) -> tuple[int, int]:

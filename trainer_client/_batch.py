@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from trainer_client._exceptions import RolloutError, RolloutTimeoutError
 from trainer_client._future import RolloutFuture
-from trainer_client._journal import Journal
 from trainer_client._results import ClientResult
 
 if TYPE_CHECKING:
@@ -101,7 +100,7 @@ class _BatchCore:
         self._source = enumerate(pairs)
         self._max = max_concurrent
         self._timeout = timeout
-        self._journal = Journal(journal) if journal is not None else None
+        self._journal = journal
         self._overrides = overrides
         self._grace = client.poll_settings.deadline_grace_s
         self._in_flight: dict[RolloutFuture, int] = {}
@@ -126,9 +125,9 @@ class _BatchCore:
             self._exhausted = True
         if not batch:
             return
-        futures = self._client.submit([pair for _, pair in batch], timeout=self._timeout, **self._overrides)
-        if self._journal is not None:
-            self._journal.record(future.result_key for future in futures if future.result_key)
+        futures = self._client.submit(
+            [pair for _, pair in batch], timeout=self._timeout, journal=self._journal, **self._overrides
+        )
         for (index, _), future in zip(batch, futures, strict=True):
             self._in_flight[future] = index
             heapq.heappush(self._deadlines, (future.deadline_at or float("inf"), next(self._order), future))

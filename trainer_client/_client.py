@@ -34,7 +34,7 @@ from trainer_client._config import DEFAULT_POLL, DEFAULT_ROLLOUT_TIMEOUT_S, DEFA
 from trainer_client._exceptions import ExperimentNotFoundError, SubmitError
 from trainer_client._future import RolloutFuture
 from trainer_client._grpo import FailurePolicy, RolloutGroup, iter_groups, iter_groups_async
-from trainer_client._journal import read_journal
+from trainer_client._journal import Journal, read_journal
 from trainer_client._poller import CompletionPoller
 from trainer_client._results import ClientResult
 from trainer_client._status import ExperimentStatus, iter_results, read_status
@@ -211,6 +211,7 @@ class RolloutClient:
         *,
         session_ids: Sequence[str | None] | None = None,
         timeout: float = DEFAULT_ROLLOUT_TIMEOUT_S,
+        journal: str | Path | None = None,
         **overrides: Any,
     ) -> list[RolloutFuture]:
         """Start many rollouts with batched sends (10 per call) and return their futures in order.
@@ -219,6 +220,8 @@ class RolloutClient:
             items: ``(payload, input_id)`` pairs; ``input_id`` ``None`` means the session id.
             session_ids: rollout ids, parallel to ``items`` (default: new ones).
             timeout: seconds each rollout may run.
+            journal: append the rollouts' result keys to this file before sending them (write-ahead), so a
+                process that restarts can :meth:`attach_journal` them.
             **overrides: ``_rollout`` fields for these rollouts.
 
         A request the queue refuses fails its future with :class:`SubmitError` instead of raising.
@@ -230,6 +233,8 @@ class RolloutClient:
         for (payload, input_id), session_id in zip(items, session_ids, strict=True):
             requests.append(self._request(payload, session_id, input_id, timeout, overrides))
         futures = [self._future(request) for request in requests]
+        if journal is not None:
+            Journal(journal).record(request.key for request in requests)
         for future in futures:
             self._poller.register(future)
         self._send(requests, futures)

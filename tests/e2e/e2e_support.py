@@ -1,0 +1,57 @@
+"""End-to-end helpers: the real local stack (moto server, ACR emulator, workers) with a scripted agent."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from local_stack.stack import LocalStack, StackSettings
+from trainer_client import PollSettings, RolloutClient
+
+HERE = Path(__file__).parent
+SCRIPTED_AGENT = HERE / "agents" / "scripted_agent.py"
+TRAINER_PROCESS = HERE / "trainer_process.py"
+#: The scripted agent's libraries, imported once by the emulator's fork server.
+AGENT_PRELOAD = ("boto3", "uvicorn", "bedrock_agentcore.runtime", "agent_app")
+EXP = "e2e"
+#: Payloads above this size are refused by the emulator (ACR's limit is 100 MB; lowered to test it).
+EMULATOR_MAX_PAYLOAD = 300 * 1024
+
+
+def scripted_stack(run_dir: Path, experiment: str, **settings: Any) -> LocalStack:
+    """A local stack whose runtime runs the scripted agent, sweeping every second."""
+    runtime_options = {"preload": AGENT_PRELOAD, **settings.pop("runtime_options", {})}
+    return LocalStack(
+        StackSettings(
+            run_dir=run_dir,
+            experiments=(experiment,),
+            agent_command=(sys.executable, str(SCRIPTED_AGENT)),
+            gateway=False,
+            sweep_interval_s=1.0,
+            runtime_options=runtime_options,
+            **settings,
+        )
+    )
+
+
+def connect(stack: LocalStack, experiment: str = EXP) -> RolloutClient:
+    """A trainer client of ``experiment`` on ``stack``, found through its descriptor as a user would."""
+    return RolloutClient.for_experiment(experiment, poll=PollSettings(wait_time_s=1, deadline_grace_s=30))
+
+
+def emulator_counters(stack: LocalStack) -> dict[str, int]:
+    """The emulator's counters (invokes, throttles, stops, starts, ...)."""
+    return httpx.get(f"{stack.emulator_url}/_admin/stats", timeout=5).json()["counters"]
+
+
+def run_trainer_process(stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``trainer_process.py`` as a separate trainer process with the stack's environment."""
+    env = {**os.environ, **stack.env}
+    return subprocess.run(
+        [sys.executable, str(TRAINER_PROCESS), *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
