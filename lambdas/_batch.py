@@ -1,10 +1,19 @@
-"""A powertools ``BatchProcessor`` that handles a batch's records in parallel threads."""
+"""SQS batch handling shared by the queue-fed Lambdas: a parallel ``BatchProcessor`` and the handler body."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+
+from lambdas.observability import flush_metrics
+from lambdas.runtime import current_runtime
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+    from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 
 class ConcurrentBatchProcessor(BatchProcessor):
@@ -24,3 +33,23 @@ class ConcurrentBatchProcessor(BatchProcessor):
             return super().process()
         with ThreadPoolExecutor(max_workers=min(self.max_workers, len(self.records))) as pool:
             return list(pool.map(self._process_record, self.records))
+
+
+def handle_sqs_batch(
+    event: dict[str, Any],
+    context: Any,
+    *,
+    record_handler: Callable[[SQSRecord], Any],
+    processor: BatchProcessor,
+) -> PartialItemFailureResponse:
+    """The body of a queue-fed handler: build the runtime, process the records, report partial failures.
+
+    Metrics are flushed whatever happens, so a failed batch still reports what it did.
+    """
+    current_runtime()
+    try:
+        return process_partial_response(
+            event=event, record_handler=record_handler, processor=processor, context=context
+        )
+    finally:
+        flush_metrics()

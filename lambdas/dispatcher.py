@@ -20,15 +20,15 @@ import uuid
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools.utilities.batch import EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch import EventType
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
-from lambdas._batch import ConcurrentBatchProcessor
+from lambdas._batch import ConcurrentBatchProcessor, handle_sqs_batch
 from lambdas.exceptions import AcrCallError, FinalAcrError, NoTokenError, RequeueError, RetryableAcrError
 from lambdas.finishing import DEADLINE_EXCEEDED, stop_session
 from lambdas.ledger import Admission
-from lambdas.observability import add_metric, emit_with_dimension, flush_metrics, logger
+from lambdas.observability import add_metric, emit_with_dimension, logger
 from lambdas.runtime import current_runtime
 from rollout_contract import metrics as names
 from rollout_contract.messages import CancelRequest, DispatchRequest, parse_dispatch_message
@@ -288,10 +288,4 @@ processor = ConcurrentBatchProcessor(EventType.SQS, max_workers=DISPATCH_WORKERS
 
 def handler(event: dict[str, Any], context: Any) -> PartialItemFailureResponse:
     """Lambda entry point: a batch of dispatch-queue records, partial batch failures reported."""
-    current_runtime()
-    try:
-        return process_partial_response(
-            event=event, record_handler=record_handler, processor=processor, context=context
-        )
-    finally:
-        flush_metrics()
+    return handle_sqs_batch(event, context, record_handler=record_handler, processor=processor)

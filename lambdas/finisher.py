@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
 
+from lambdas._batch import handle_sqs_batch
 from lambdas.finishing import finish_rollout
-from lambdas.observability import flush_metrics, logger
+from lambdas.observability import logger
 from lambdas.runtime import current_runtime
 from rollout_contract.events import parse_object_created
 from rollout_contract.keys import is_result_key, parse_result_key
@@ -59,10 +60,4 @@ processor = BatchProcessor(EventType.SQS, raise_on_entire_batch_failure=False)
 
 def handler(event: dict[str, Any], context: Any) -> PartialItemFailureResponse:
     """Lambda entry point: a batch of finisher-queue records, partial batch failures reported."""
-    current_runtime()
-    try:
-        return process_partial_response(
-            event=event, record_handler=record_handler, processor=processor, context=context
-        )
-    finally:
-        flush_metrics()
+    return handle_sqs_batch(event, context, record_handler=record_handler, processor=processor)
