@@ -151,6 +151,9 @@ class AgentCoreRLApp(BedrockAgentCoreApp):
         context = context.model_copy(update={"session_id": rollout.session_id})
         request_id = BedrockAgentCoreContext.get_request_id() or str(uuid.uuid4())
         BedrockAgentCoreContext.set_request_context(request_id, rollout.session_id)
+        if rollout.saves_result:
+            # Build the S3 client now, off the path from the handler's end to the stored result.
+            await asyncio.to_thread(self._result_writer)
         rollout.started_at = time.time()
         output: Any = None
         error: Exception | None = None
