@@ -47,9 +47,11 @@ DISPATCH_WORKERS = 10
 #: Delay before retrying after a retryable ACR error: doubles per attempt from the base, up to the cap.
 RETRY_BASE_S = 1.0
 RETRY_CAP_S = 300.0
-#: Delay while waiting for a session slot: one more second per receive, up to the cap. Slots free up
-#: continuously (a finisher frees one moments after each result), so the first retries come quickly;
-#: the cap bounds the receives a long backlog costs (one per message per cap).
+#: Delay while waiting for a session slot: 1 s for the first QUICK_SLOT_RETRIES receives, then one more
+#: second per receive, up to the cap. Slots free up continuously (a finisher frees one moments after each
+#: result), so the first retries come quickly; the cap bounds the receives a long backlog costs (one per
+#: message per cap).
+QUICK_SLOT_RETRIES = 5
 SLOT_WAIT_CAP_S = 30.0
 #: Delay after losing a race with another copy of the same message.
 RACE_DELAY_S = 1.0
@@ -78,7 +80,7 @@ def retry_delay_s(attempt: int) -> float:
 
 def slot_wait_delay_s(receive_count: int) -> float:
     """Seconds to wait for a session slot on the ``receive_count``-th receive of a message."""
-    return min(SLOT_WAIT_CAP_S, float(max(receive_count, 1)))
+    return min(SLOT_WAIT_CAP_S, float(max(receive_count - QUICK_SLOT_RETRIES, 1)))
 
 
 def cancel(request: CancelRequest, rt: Runtime) -> DispatchOutcome:
