@@ -169,6 +169,10 @@ class ExperimentStack(Stack):
             )
         self.finisher.role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[results]))
         self.dispatcher.role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[payloads]))
+        # Unparseable dispatch messages go straight to the dead-letter queue (no retry can fix them).
+        self.dispatcher.role.add_to_policy(
+            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[self.dispatch.dead_letter_queue.queue_arn])
+        )
         # The dispatcher HEADs a result key to skip finished rollouts: without ListBucket S3 answers 403, not 404.
         self.dispatcher.role.add_to_policy(
             iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn])

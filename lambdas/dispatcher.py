@@ -256,17 +256,25 @@ def _payload_error(request: DispatchRequest, exc: ClientError | ValueError) -> E
     return ErrorInfo(type="InvalidPayload", message=str(exc))
 
 
+#: What :func:`record_handler` returns for a message it moved to the dead-letter queue.
+DEAD_LETTERED = "dead_lettered"
+
+
 def record_handler(record: SQSRecord) -> str:
     """Handle one SQS record; a :class:`RequeueError` sets its visibility to the delay and fails it."""
     rt = current_runtime()
     try:
         message = parse_dispatch_message(record.body)
     except ValidationError as exc:
+        # No retry can fix it: move it to the dead-letter queue now instead of after 1,000 receives.
+        dead_letter_url = rt.resources.dispatch_queue.dlq_url(rt.settings.dispatch_queue_url)
+        rt.clients.sqs.send_message(QueueUrl=dead_letter_url, MessageBody=record.body)
+        add_metric(names.DEAD_LETTERED, 1)
         logger.error(
-            "unparseable dispatch message; it goes to the DLQ after the queue's redrive count",
+            "unparseable dispatch message moved to the dead-letter queue",
             extra={"message_id": record.message_id, "errors": exc.errors(include_input=False, include_url=False)},
         )
-        raise
+        return DEAD_LETTERED
     logger.thread_safe_append_keys(session_id=message.session_id)
     try:
         if isinstance(message, CancelRequest):

@@ -14,6 +14,7 @@ ERROR_CODE_DIMENSION = "error_code"
 
 INVOKED = "RolloutsInvoked"  # Count: InvokeAgentRuntime calls that started a rollout
 REQUEUED = "DispatchRequeued"  # Count: dispatch messages sent back to wait (budget or retryable error)
+DEAD_LETTERED = "DispatchDeadLettered"  # Count: unparseable dispatch messages moved to the dead-letter queue
 DISPATCH_ERRORS = "DispatchErrors"  # Count per error_code: failed InvokeAgentRuntime calls
 COMPLETED = "RolloutsCompleted"  # Count per status: rollouts that ended
 DURATION = "RolloutDuration"  # Seconds: handler start to result

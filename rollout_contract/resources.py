@@ -47,6 +47,13 @@ class QueueSpec(NamedTuple):
         """Name of the dead-letter queue that catches messages received ``max_receive_count`` times."""
         return f"{self.name}-dlq"
 
+    def dlq_url(self, queue_url: str) -> str:
+        """URL of the dead-letter queue, given this queue's URL (same account, region and endpoint)."""
+        base, _, name = queue_url.rpartition("/")
+        if name != self.name:
+            raise ValueError(f"{queue_url!r} is not the URL of queue {self.name!r}")
+        return f"{base}/{self.dlq_name}"
+
 
 class IndexSpec(NamedTuple):
     """A DynamoDB global secondary index (keys are S partition, N sort; projection ALL)."""

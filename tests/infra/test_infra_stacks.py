@@ -391,6 +391,7 @@ def test_lambda_roles_hold_exactly_their_grants(synth: Synthesized) -> None:
     results = f"arn:<AWS::Partition>:s3:::{_bucket()}/{experiment_prefix('alpha')}*"
     payloads = f"arn:<AWS::Partition>:s3:::{_bucket()}/{payload_ref_prefix('alpha')}*"
     dispatch_queue = f"<{_logical_id(template, 'AWS::SQS::Queue', QueueName=names.dispatch_queue.name)}.Arn>"
+    dispatch_dlq = f"<{_logical_id(template, 'AWS::SQS::Queue', QueueName=names.dispatch_queue.dlq_name)}.Arn>"
     finisher_queue = f"<{_logical_id(template, 'AWS::SQS::Queue', QueueName=names.finisher_queue.name)}.Arn>"
     stop = {("bedrock-agentcore:StopRuntimeSession", r) for r in (runtime, f"{runtime}/*")}
     # WHEN each role's grants are collected (logs, tables and queue consumption aside, checked by resource)
@@ -407,6 +408,7 @@ def test_lambda_roles_hold_exactly_their_grants(synth: Synthesized) -> None:
         ("s3:GetObject", results),
         ("s3:GetObject", payloads),
         ("s3:ListBucket", f"arn:<AWS::Partition>:s3:::{_bucket()}"),
+        ("sqs:SendMessage", dispatch_dlq),
         *{(a, dispatch_queue) for a in _CONSUME},
     }
     assert scoped(grants["Finisher"]) == stop | {("s3:GetObject", results), *{(a, finisher_queue) for a in _CONSUME}}

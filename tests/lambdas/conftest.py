@@ -206,6 +206,7 @@ class Env:
     rt: Runtime
     acr: AcrDouble
     dispatch_queue_url: str
+    dispatch_dlq_url: str
     finisher_queue_url: str
 
     def start_request(self, *, timeout_s: float = 600, **fields: Any) -> DispatchRequest:
@@ -241,6 +242,7 @@ def env(aws: None, acr: AcrDouble, settings: HandlerSettings, monkeypatch: pytes
     dispatch_url = sqs.create_queue(
         QueueName=resources.dispatch_queue.name, Attributes={"VisibilityTimeout": visibility}
     )["QueueUrl"]
+    dispatch_dlq_url = sqs.create_queue(QueueName=resources.dispatch_queue.dlq_name)["QueueUrl"]
     finisher_url = sqs.create_queue(QueueName=resources.finisher_queue.name)["QueueUrl"]
     finisher_arn = sqs.get_queue_attributes(QueueUrl=finisher_url, AttributeNames=["QueueArn"])["Attributes"][
         "QueueArn"
@@ -254,7 +256,13 @@ def env(aws: None, acr: AcrDouble, settings: HandlerSettings, monkeypatch: pytes
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE", acr.url)
     rt = Runtime.build(settings, AwsClients(s3=s3, sqs=sqs, dynamodb=dynamodb, agentcore=agentcore))
-    return Env(rt=rt, acr=acr, dispatch_queue_url=dispatch_url, finisher_queue_url=finisher_url)
+    return Env(
+        rt=rt,
+        acr=acr,
+        dispatch_queue_url=dispatch_url,
+        dispatch_dlq_url=dispatch_dlq_url,
+        finisher_queue_url=finisher_url,
+    )
 
 
 def sqs_event(messages: list[dict[str, Any]]) -> dict[str, Any]:

@@ -244,17 +244,20 @@ def test_cancel_after_a_result_keeps_the_existing_result(env: Env) -> None:
     assert env.rt.store.read(request.key).status is Status.DISPATCH_FAILED
 
 
-def test_unparseable_message_fails_alone_and_the_rest_of_the_batch_runs(env: Env) -> None:
+def test_unparseable_message_goes_to_the_dead_letter_queue_at_once_and_the_batch_runs(env: Env) -> None:
     # GIVEN a batch with a malformed body and a good start message
     request = env.start_request()
-    messages = send_and_receive(env, json.dumps({"kind": "start", "exp_id": EXP_ID}), request.to_body())
-    bad = next(m["MessageId"] for m in messages if m["Body"] != request.to_body())
+    malformed = json.dumps({"kind": "start", "exp_id": EXP_ID})
+    messages = send_and_receive(env, malformed, request.to_body())
 
     # WHEN the handler runs
     response = dispatcher.handler(sqs_event(messages), None)
 
-    # THEN only the malformed message is reported failed and the good one was invoked
-    assert failed_ids(response) == {bad}
+    # THEN nothing is reported failed (no retry can fix it), the malformed body waits in the dead-letter
+    # queue for a human, and the good message was invoked
+    assert failed_ids(response) == set()
+    dead_letters = env.receive(env.dispatch_dlq_url)
+    assert [m["Body"] for m in dead_letters] == [malformed]
     assert [c.session_id for c in env.acr.calls_of(INVOKE)] == [request.session_id]
 
 
