@@ -19,6 +19,12 @@ reward_fn = GSM8KReward()
 async def invoke(payload):
     """Answer ``payload["prompt"]`` and score it against ``payload["answer"]``."""
     rollout = payload["_rollout"]
+    missing = [name for name in ("base_url", "model_id") if not rollout.get(name)]
+    if missing:
+        raise ValueError(
+            f"_rollout lacks {', '.join(missing)}: give them to the trainer, e.g. "
+            "RolloutClient.for_experiment(..., model_id=...) or `rollouts eval --model-id ...`"
+        )
     model = build_model(
         base_url=rollout["base_url"],
         model_id=rollout["model_id"],

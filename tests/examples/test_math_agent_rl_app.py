@@ -89,3 +89,22 @@ def _wait_until_healthy(client: TestClient, timeout_s: float = 20.0) -> None:
     while client.get("/ping").json()["status"] != "Healthy":
         assert time.monotonic() < deadline, "rollout did not finish"
         time.sleep(0.02)
+
+
+def test_a_rollout_without_model_fields_fails_saying_what_to_give(s3):
+    # GIVEN a payload whose _rollout names no model (the trainer was not given model_id)
+    payload = {
+        "prompt": "What is 2 + 2?",
+        "answer": "4",
+        "_rollout": {"exp_id": "math-1", "input_id": "p-1", "s3_bucket": BUCKET, "base_url": "http://127.0.0.1:9/v1"},
+    }
+    client = TestClient(_app_writing_to(s3))
+    # WHEN it runs
+    client.post("/invocations", content=json.dumps(payload), headers={SESSION_HEADER: SESSION})
+    _wait_until_healthy(client)
+    # THEN the stored agent_error says which field is missing and how to pass it
+    stored = RolloutResult.from_json_bytes(
+        s3.get_object(Bucket=BUCKET, Key=f"math-1/p-1/{SESSION}.json")["Body"].read()
+    )
+    assert stored.status is Status.AGENT_ERROR
+    assert "model_id" in stored.error.message and "--model-id" in stored.error.message
