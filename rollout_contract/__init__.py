@@ -48,9 +48,6 @@ from rollout_contract.results import (
 )
 
 __all__ = [
-    "REDACTED",
-    "ROLLOUT_FIELD",
-    "STATUS_CODES",
     "CancelRequest",
     "DispatchRequest",
     "ErrorInfo",
@@ -61,9 +58,12 @@ __all__ = [
     "MissingRolloutFieldsError",
     "NotAnObjectCreatedEventError",
     "ObjectCreated",
+    "REDACTED",
+    "ROLLOUT_FIELD",
     "ResultKey",
     "RolloutResult",
     "RolloutSpec",
+    "STATUS_CODES",
     "Status",
     "Timings",
     "experiment_prefix",
