@@ -42,7 +42,8 @@ def finish_rollout(result: RolloutResult, rt: Runtime) -> Transition:
     if result.status is not Status.DISPATCH_FAILED:
         stop_session(session_id, rt)
     finished_at = result.timings.finished_at or rt.clock()
-    transition = rt.ledger.finish(result.key, status=result.status, finished_at=finished_at)
+    holding = record is not None and record.inflight
+    transition = rt.ledger.finish(result.key, status=result.status, finished_at=finished_at, holding=holding)
     if transition is not Transition.ALREADY_FINISHED:
         logger.info(
             "rollout finished",

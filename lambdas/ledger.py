@@ -6,6 +6,9 @@ A rollout holds a slot exactly while its item carries ``inflight``. Every change
 once and freed once whoever (dispatcher, finisher, sweeper) gets there first. :meth:`Ledger.reconcile`
 sets the experiment's count from the inflight index, which repairs manual drift, and drops the counts of
 experiments whose sweeper stopped running (a destroyed stack).
+
+Writes return what they found (``ReturnValues`` / ``ReturnValuesOnConditionCheckFailure``) instead of
+being followed by a read: the item a write met is as consistent as a strongly consistent read.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from botocore.exceptions import ClientError
 
@@ -29,6 +32,7 @@ from rollout_contract.resources import BUDGET_PARTITION_KEY, INFLIGHT_INDEX, SES
 from rollout_contract.results import Status
 from rollout_contract.sessions import (
     ATTR_ATTEMPTS,
+    ATTR_CANCEL_REQUESTED_AT,
     ATTR_DEADLINE_AT,
     ATTR_DISPATCHED_AT,
     ATTR_EXP_ID,
@@ -119,6 +123,14 @@ class SessionRecord:
         )
 
 
+class Recorded(NamedTuple):
+    """A rollout's item as :meth:`Ledger.record_queued` left it."""
+
+    record: SessionRecord
+    #: This call created the item: neither a start nor a cancel of the rollout came before it.
+    new: bool
+
+
 @dataclass(frozen=True)
 class Reconciliation:
     """What :meth:`Ledger.reconcile` saw and did."""
@@ -149,14 +161,16 @@ class Ledger:
         self._held = held_attribute(exp_id)
 
     def get(self, session_id: str) -> SessionRecord | None:
-        """Read a rollout's item (strongly consistent), or ``None`` when it has none."""
+        """Read a rollout's item (strongly consistent), or ``None`` when no start recorded it."""
         item = self._dynamodb.get_item(TableName=self._sessions, Key=_key(session_id), ConsistentRead=True).get("Item")
-        return SessionRecord.from_item(item) if item else None
+        return _record_or_none(item)
 
-    def record_queued(self, request: DispatchRequest) -> bool:
-        """Record a new rollout as ``queued``; ``False`` when it was recorded before."""
-        item = {
-            **_key(request.session_id),
+    def record_queued(self, request: DispatchRequest) -> Recorded:
+        """Record a rollout as ``queued`` unless a start recorded it before; return its item either way.
+
+        One conditional write: its item on success is the one written, on failure the one that was there.
+        """
+        attributes = {
             ATTR_STATE: _s(SessionState.QUEUED),
             ATTR_EXP_ID: _s(request.exp_id),
             ATTR_INPUT_ID: _s(request.input_id),
@@ -165,13 +179,47 @@ class Ledger:
             ATTR_ATTEMPTS: _n(0),
             TTL_ATTRIBUTE: _n(int(request.deadline_at) + RECORD_TTL_S),
         }
-        return self._conditional(
-            self._dynamodb.put_item,
-            TableName=self._sessions,
-            Item=item,
-            ConditionExpression="attribute_not_exists(#pk)",
-            ExpressionAttributeNames={"#pk": SESSIONS_PARTITION_KEY},
+        names = {f"#a{index}": name for index, name in enumerate(attributes)}
+        try:
+            response = self._dynamodb.update_item(
+                TableName=self._sessions,
+                Key=_key(request.session_id),
+                UpdateExpression="SET " + ", ".join(f"#a{index} = :a{index}" for index in range(len(attributes))),
+                ConditionExpression="attribute_not_exists(#a0)",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues={f":a{index}": value for index, value in enumerate(attributes.values())},
+                ReturnValues="ALL_OLD",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != _CONDITION_FAILED:
+                raise
+            return Recorded(SessionRecord.from_item(exc.response["Item"]), new=False)
+        record = SessionRecord(
+            session_id=request.session_id,
+            state=SessionState.QUEUED,
+            exp_id=request.exp_id,
+            input_id=request.input_id,
+            submitted_at=request.submitted_at,
+            deadline_at=request.deadline_at,
         )
+        return Recorded(record, new="Attributes" not in response)
+
+    def mark_cancel_requested(self, session_id: str, *, requested_at: float) -> SessionRecord | None:
+        """Note a cancel on the rollout's item (creating it if need be); return the item as it was.
+
+        Called before the ``cancelled`` result is written, so a start that finds no item at all knows that
+        no result exists (see ``sessions.ATTR_CANCEL_REQUESTED_AT``).
+        """
+        response = self._dynamodb.update_item(
+            TableName=self._sessions,
+            Key=_key(session_id),
+            UpdateExpression="SET #cancel = if_not_exists(#cancel, :at), #ttl = if_not_exists(#ttl, :ttl)",
+            ExpressionAttributeNames={"#cancel": ATTR_CANCEL_REQUESTED_AT, "#ttl": TTL_ATTRIBUTE},
+            ExpressionAttributeValues={":at": _n(requested_at), ":ttl": _n(int(requested_at) + RECORD_TTL_S)},
+            ReturnValues="ALL_OLD",
+        )
+        return _record_or_none(response.get("Attributes"))
 
     def admit(self, session_id: str, *, owner: str, lease_until: float) -> Admission:
         """Take a session slot for a ``queued`` rollout and lease it to ``owner``."""
@@ -296,8 +344,15 @@ class Ledger:
         self._warn_count_at_zero(session_id)
         return self._conditional(self._dynamodb.update_item, **session_update)
 
-    def finish(self, key: ResultKey, *, status: Status, finished_at: float) -> Transition:
-        """Mark a rollout finished with ``status`` and free its slot if it holds one (exactly once)."""
+    def finish(self, key: ResultKey, *, status: Status, finished_at: float, holding: bool = True) -> Transition:
+        """Mark a rollout finished with ``status`` and free its slot if it holds one (exactly once).
+
+        Args:
+            key: the rollout's result key.
+            status: its terminal status.
+            finished_at: when it ended (unix s).
+            holding: whether it is believed to hold a slot; only decides which transition is tried first.
+        """
         values = {
             ":finished": _s(SessionState.FINISHED),
             ":status": _s(status),
@@ -327,26 +382,33 @@ class Ledger:
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": values,
         }
-        holding = {**update, "ConditionExpression": "attribute_exists(#inflight)"}
+        holding_update = {**update, "ConditionExpression": "attribute_exists(#inflight)"}
         not_holding = {
             **update,
             "ConditionExpression": "attribute_not_exists(#inflight) AND "
             "(attribute_not_exists(#state) OR #state <> :finished)",
         }
+        try_holding = holding
         for _ in range(_FINISH_ROUNDS):
-            reasons = self._transact({"Update": holding}, self._free_slot())
-            if reasons is None:
-                return Transition.RELEASED
-            if reasons[0] != _REASON_CONDITION:
-                self._warn_count_at_zero(key.session_id)
-                if self._conditional(self._dynamodb.update_item, **holding):
+            if try_holding:
+                reasons = self._transact({"Update": holding_update}, self._free_slot())
+                if reasons is None:
                     return Transition.RELEASED
+                if reasons[0] != _REASON_CONDITION:
+                    self._warn_count_at_zero(key.session_id)
+                    if self._conditional(self._dynamodb.update_item, **holding_update):
+                        return Transition.RELEASED
+                    continue
+            try:
+                self._dynamodb.update_item(**not_holding, ReturnValuesOnConditionCheckFailure="ALL_OLD")
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] != _CONDITION_FAILED:
+                    raise
+                if exc.response["Item"].get(ATTR_STATE) == _s(SessionState.FINISHED):
+                    return Transition.ALREADY_FINISHED
+                try_holding = True
                 continue
-            if self._conditional(self._dynamodb.update_item, **not_holding):
-                return Transition.FINISHED
-            record = self.get(key.session_id)
-            if record is not None and record.state is SessionState.FINISHED:
-                return Transition.ALREADY_FINISHED
+            return Transition.FINISHED
         raise RuntimeError(f"session {key.session_id} kept changing while being finished; retry the event")
 
     def overdue(self, now: float) -> Iterator[SessionRecord]:
@@ -496,6 +558,11 @@ class Ledger:
                 return False
             raise
         return True
+
+
+def _record_or_none(item: Mapping[str, Any] | None) -> SessionRecord | None:
+    """The record of an item a start recorded; ``None`` for no item or a cancel's mark alone."""
+    return SessionRecord.from_item(item) if item and ATTR_STATE in item else None
 
 
 def _unchanged(item: Mapping[str, Any], placeholder: str, name: str, value_name: str, values: dict[str, Any]) -> str:

@@ -6,6 +6,10 @@ one interval on; the caller sleeps until its slot starts. Slots are spaced ``1 /
 ``rate = floor(limit) * TPS_HEADROOM``, so any 1-second window holds at most ``floor(limit)`` starts and
 a slot may start up to :attr:`TpsBudget.max_lateness_s` late without breaking that (a later slot is
 given back and replaced). Calendar-second counters would admit twice the limit across a boundary.
+
+A token costs one conditional update when the budget is as the caller last saw it: busy (take the slot at
+``next_at``) or idle (``next_at`` in the past: start at "now"). A failed update returns the item it met, so
+guessing wrong costs one more update and never a read.
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ class TpsBudget:
         whole = math.floor(limit) if limit >= 1 else limit
         self.interval_s = 1.0 / (whole * TPS_HEADROOM)
         self.max_lateness_s = (1.0 / TPS_HEADROOM - 1.0) / 2 if limit >= 1 else self.interval_s / 2
+        #: ``next_at`` as the last update saw it (``-inf``: unset); ``None`` before the first update.
+        self._seen_next_at: float | None = None
 
     def reserve(self, *, horizon_s: float) -> float:
         """Reserve the next free slot if it starts within ``horizon_s`` seconds; return its start time.
@@ -71,13 +77,16 @@ class TpsBudget:
             now = self._clock()
             earliest = now + self.lead_s
             horizon = max(now + horizon_s, earliest)
-            start = self._take_queued_slot(earliest, horizon)
+            seen = self._seen_next_at
+            # Idle when last seen: try the slot at "now" first (a busy budget goes straight to ``next_at``).
+            if seen is not None and seen < earliest and self._take_idle_slot(earliest):
+                return earliest
+            start, next_at = self._take_queued_slot(earliest, horizon)
             if start is not None:
                 return start
-            next_at = self._read_next_at()
-            if next_at is not None and next_at > horizon:
+            if next_at > horizon:
                 raise NoTokenError(retry_after_s=next_at - horizon)
-            if (next_at is None or next_at < earliest) and self._take_idle_slot(earliest):
+            if next_at < earliest and self._take_idle_slot(earliest):
                 return earliest
         raise NoTokenError(retry_after_s=self.interval_s)
 
@@ -108,8 +117,12 @@ class TpsBudget:
         """
         return self.wait_for(self.reserve(horizon_s=max_wait_s), max_wait_s=max_wait_s)
 
-    def _take_queued_slot(self, earliest: float, horizon: float) -> float | None:
-        """Take the slot at ``next_at`` when it lies in ``[earliest, horizon]``."""
+    def _take_queued_slot(self, earliest: float, horizon: float) -> tuple[float | None, float]:
+        """Take the slot at ``next_at`` when it lies in ``[earliest, horizon]``.
+
+        Returns:
+            The slot's start (``None`` when not taken) and ``next_at`` as the update saw it (``-inf``: unset).
+        """
         try:
             response = self._dynamodb.update_item(
                 TableName=self._table,
@@ -124,12 +137,15 @@ class TpsBudget:
                     ":ttl": _number(int(earliest) + ITEM_TTL_S),
                 },
                 ReturnValues="UPDATED_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:
-            if exc.response["Error"]["Code"] == _CONDITION_FAILED:
-                return None
-            raise
-        return float(response["Attributes"][ATTR_NEXT_AT]["N"]) - self.interval_s
+            if exc.response["Error"]["Code"] != _CONDITION_FAILED:
+                raise
+            next_at = self._remember(exc.response.get("Item"))
+            return None, next_at
+        next_at = self._remember(response["Attributes"])
+        return next_at - self.interval_s, next_at
 
     def _take_idle_slot(self, earliest: float) -> bool:
         """Take the slot starting at ``earliest`` when the budget is idle (``next_at`` before it, or unset)."""
@@ -145,18 +161,21 @@ class TpsBudget:
                     ":earliest": _number(earliest),
                     ":ttl": _number(int(earliest) + ITEM_TTL_S),
                 },
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:
-            if exc.response["Error"]["Code"] == _CONDITION_FAILED:
-                return False
-            raise
+            if exc.response["Error"]["Code"] != _CONDITION_FAILED:
+                raise
+            self._remember(exc.response.get("Item"))
+            return False
+        self._seen_next_at = earliest + self.interval_s
         return True
 
-    def _read_next_at(self) -> float | None:
-        item = self._dynamodb.get_item(TableName=self._table, Key=self._key, ConsistentRead=True).get("Item")
-        if not item or ATTR_NEXT_AT not in item:
-            return None
-        return float(item[ATTR_NEXT_AT]["N"])
+    def _remember(self, item: dict[str, dict[str, str]] | None) -> float:
+        """Keep and return the ``next_at`` of an item an update returned (``-inf`` when it had none)."""
+        next_at = float(item[ATTR_NEXT_AT]["N"]) if item and ATTR_NEXT_AT in item else -math.inf
+        self._seen_next_at = next_at
+        return next_at
 
 
 def _number(value: float) -> dict[str, str]:

@@ -35,3 +35,7 @@ INFLIGHT_MARK = "1"
 # message takes it over only after that, so two copies in flight at once never both invoke.
 ATTR_LEASE_OWNER = "lease_owner"
 ATTR_LEASE_UNTIL = "lease_until"
+# Set (unix s) by a cancel request before it writes the ``cancelled`` result. A cancel that arrives before
+# the start message leaves an item without ``state`` (no rollout recorded yet): the start then knows that a
+# result may exist, and a start that records a brand-new item knows that none does.
+ATTR_CANCEL_REQUESTED_AT = "cancel_requested_at"

@@ -12,7 +12,7 @@ import json
 import threading
 import time
 import uuid
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -263,6 +263,33 @@ def env(aws: None, acr: AcrDouble, settings: HandlerSettings, monkeypatch: pytes
         dispatch_dlq_url=dispatch_dlq_url,
         finisher_queue_url=finisher_url,
     )
+
+
+@dataclass
+class CallCounter:
+    """Counts the API calls boto3 clients make, by operation, through botocore's ``before-call`` event."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def watch(self, *clients: Any) -> CallCounter:
+        """Count every call ``clients`` make from now on."""
+        for client in clients:
+            client.meta.events.register("before-call", self._count, unique_id=f"call-counter-{id(self)}")
+        return self
+
+    def take(self) -> dict[str, int]:
+        """The calls counted since the last ``take``, by operation name."""
+        counts, self.counts = dict(self.counts), Counter()
+        return counts
+
+    def _count(self, model: Any, **_: Any) -> None:
+        self.counts[model.name] += 1
+
+
+@pytest.fixture
+def calls(env: Env) -> CallCounter:
+    """Counts the DynamoDB and S3 calls of the env's runtime."""
+    return CallCounter().watch(env.rt.clients.dynamodb, env.rt.clients.s3)
 
 
 def sqs_event(messages: list[dict[str, Any]]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from lambdas import dispatcher
+from lambdas import dispatcher, finisher
 from lambdas.dispatcher import DispatchOutcome, dispatch, retry_delay_s
 from lambdas.exceptions import RequeueError
 from lambdas.ledger import Admission
@@ -27,7 +27,7 @@ from rollout_contract.protocol import (
 from rollout_contract.resources import BUDGET_PARTITION_KEY
 from rollout_contract.results import ROLLOUT_FIELD, Status
 from rollout_contract.sessions import SessionState
-from tests.lambdas.conftest import BUCKET, EXP_ID, INVOKE, STOP, Env, failed_ids, sqs_event
+from tests.lambdas.conftest import BUCKET, EXP_ID, INVOKE, STOP, CallCounter, Env, failed_ids, sqs_event
 
 
 def send_and_receive(env: Env, *bodies: str) -> list[dict]:
@@ -345,3 +345,98 @@ def test_invoke_budget_reserved_beyond_the_wait_requeues_and_frees_the_slot(env:
     record = env.rt.ledger.get(request.session_id)
     assert (record.state, record.attempts) == (SessionState.QUEUED, 0)
     assert env.rt.ledger.slots_held() == (0, 0)
+
+
+def test_first_delivery_costs_one_write_per_step_and_no_read(env: Env, calls: CallCounter) -> None:
+    # GIVEN a dispatcher that has taken an invoke token before (it knows the budget's state)
+    assert dispatch(env.start_request(), receive_count=1, rt=env.rt) is DispatchOutcome.INVOKED
+    calls.take()
+
+    # WHEN a new start message is delivered for the first time
+    outcome = dispatch(env.start_request(), receive_count=1, rt=env.rt)
+
+    # THEN the rollout starts with one write each to record it, take a slot, take a token, fence the invoke
+    # and mark it running: no read, no HEAD of the result
+    assert outcome is DispatchOutcome.INVOKED
+    assert calls.take() == {"UpdateItem": 4, "TransactWriteItems": 1}
+
+
+def test_redelivered_start_of_a_running_rollout_costs_one_read(env: Env, calls: CallCounter) -> None:
+    # GIVEN a running rollout
+    request = env.start_request()
+    dispatch(request, receive_count=1, rt=env.rt)
+    calls.take()
+
+    # WHEN its message is delivered again
+    outcome = dispatch(request, receive_count=2, rt=env.rt)
+
+    # THEN one read tells the dispatcher it started already
+    assert outcome is DispatchOutcome.ALREADY_STARTED
+    assert calls.take() == {"GetItem": 1}
+
+
+def test_duplicate_first_delivery_finds_the_recorded_item_and_starts_nothing(env: Env) -> None:
+    # GIVEN a rollout admitted by a live dispatcher
+    request = env.start_request()
+    dispatch(request, receive_count=1, rt=env.rt)
+
+    # WHEN a duplicate copy of its message arrives, also as a first receive
+    outcome = dispatch(request, receive_count=1, rt=env.rt)
+
+    # THEN the record write meets the existing item and nothing is invoked again
+    assert outcome is DispatchOutcome.ALREADY_STARTED
+    assert len(env.acr.calls_of(INVOKE)) == 1
+    assert env.rt.ledger.slots_held() == (1, 1)
+
+
+def test_start_after_an_early_cancel_checks_for_the_result_before_anything_else(env: Env, calls: CallCounter) -> None:
+    # GIVEN a cancel handled before the start message: it marked the item, then wrote its result
+    request = env.start_request()
+    dispatcher.cancel(env.cancel_request(request), env.rt)
+    assert env.rt.ledger.get(request.session_id) is None
+    calls.take()
+
+    # WHEN the start message arrives for the first time
+    outcome = dispatch(request, receive_count=1, rt=env.rt)
+
+    # THEN the record write finds the cancel's mark, so the result is looked for and found: no slot, no invoke
+    assert outcome is DispatchOutcome.RESULT_EXISTS
+    assert calls.take() == {"UpdateItem": 1, "HeadObject": 1}
+    assert env.acr.calls_of(INVOKE) == []
+    assert env.rt.ledger.slots_held() == (0, 0)
+
+
+def test_start_racing_a_cancel_that_has_not_written_its_result_is_ended_by_the_cancel(env: Env) -> None:
+    # GIVEN a cancel that marked the item but has not written its result yet
+    request = env.start_request()
+    env.rt.ledger.mark_cancel_requested(request.session_id, requested_at=time.time())
+
+    # WHEN the start message is dispatched, and then the cancel writes its result and the finisher runs
+    assert dispatch(request, receive_count=1, rt=env.rt) is DispatchOutcome.INVOKED
+    assert dispatcher.cancel(env.cancel_request(request), env.rt) is DispatchOutcome.CANCELLED
+    finisher.handler(sqs_event(env.receive(env.finisher_queue_url)), None)
+
+    # THEN the rollout was recorded in full (the sweeper can see it), is stopped and finished as cancelled
+    record = env.rt.ledger.get(request.session_id)
+    assert (record.state, record.status, record.deadline_at) == (
+        SessionState.FINISHED,
+        Status.CANCELLED.value,
+        request.deadline_at,
+    )
+    assert [c.session_id for c in env.acr.calls_of(STOP)] == [request.session_id]
+    assert env.rt.ledger.slots_held() == (0, 0)
+
+
+def test_cancel_of_a_started_rollout_keeps_its_timings_in_the_result(env: Env) -> None:
+    # GIVEN a running rollout
+    request = env.start_request()
+    dispatch(request, receive_count=1, rt=env.rt)
+    dispatched_at = env.rt.ledger.get(request.session_id).dispatched_at
+
+    # WHEN it is cancelled
+    dispatcher.cancel(env.cancel_request(request), env.rt)
+
+    # THEN the cancelled result carries the submit and dispatch times the item recorded
+    timings = env.rt.store.read(request.key).timings
+    assert (timings.submitted_at, timings.dispatched_at) == (request.submitted_at, dispatched_at)
+    assert dispatched_at is not None

@@ -10,12 +10,13 @@ import pytest
 
 from lambdas import finisher
 from lambdas.dispatcher import DispatchOutcome, cancel, dispatch
+from lambdas.ledger import Transition
 from rollout_contract.keys import payload_ref_key
 from rollout_contract.messages import DispatchRequest
 from rollout_contract.protocol import RESOURCE_NOT_FOUND, THROTTLING
 from rollout_contract.results import RolloutResult, Status, Timings
 from rollout_contract.sessions import SessionState
-from tests.lambdas.conftest import BUCKET, EXP_ID, STOP, Env, failed_ids, sqs_event
+from tests.lambdas.conftest import BUCKET, EXP_ID, STOP, CallCounter, Env, failed_ids, sqs_event
 
 
 def agent_writes_result(env: Env, request: DispatchRequest, *, rewards: float = 1.0) -> RolloutResult:
@@ -164,5 +165,42 @@ def test_cancel_after_start_stops_the_session_through_the_finisher(env: Env) -> 
 
     # THEN its session is stopped, it is finished as cancelled, and the slot is free
     assert [c.session_id for c in env.acr.calls_of(STOP)] == [request.session_id]
+    assert env.rt.ledger.get(request.session_id).status == Status.CANCELLED.value
+    assert env.rt.ledger.slots_held() == (0, 0)
+
+
+def test_result_event_costs_one_read_one_token_and_one_transaction(env: Env, calls: CallCounter) -> None:
+    # GIVEN a running rollout whose agent wrote its result
+    request = env.start_request()
+    dispatch(request, receive_count=1, rt=env.rt)
+    agent_writes_result(env, request)
+    messages = env.receive(env.finisher_queue_url)
+    calls.take()
+
+    # WHEN the finisher handles the event
+    transition = finisher.finish_event(messages[0]["Body"], env.rt)
+
+    # THEN it read the result and the item, took one invoke token for the stop and finished in one transaction
+    assert calls.take() == {"GetObject": 1, "GetItem": 1, "UpdateItem": 1, "TransactWriteItems": 1}
+    assert transition is Transition.RELEASED
+    assert env.rt.ledger.slots_held() == (0, 0)
+
+
+def test_cancelled_before_start_is_finished_without_a_slot_to_free(env: Env, calls: CallCounter) -> None:
+    # GIVEN a rollout cancelled before its start message was handled (its item is the cancel's mark alone)
+    # AND a finisher that has taken an invoke token before (it knows the budget's state)
+    request = env.start_request()
+    cancel(env.cancel_request(request), env.rt)
+    messages = env.receive(env.finisher_queue_url)
+    env.rt.acr.tps.reserve(horizon_s=1)
+    calls.take()
+
+    # WHEN the finisher handles the cancelled result's event
+    transition = finisher.finish_event(messages[0]["Body"], env.rt)
+
+    # THEN the rollout is finished as cancelled with one write (no slot to free, no failed transaction first)
+    # besides the reads of the result and the item and the stop's token
+    assert transition is Transition.FINISHED
+    assert calls.take() == {"GetObject": 1, "GetItem": 1, "UpdateItem": 2}
     assert env.rt.ledger.get(request.session_id).status == Status.CANCELLED.value
     assert env.rt.ledger.slots_held() == (0, 0)

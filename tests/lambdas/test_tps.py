@@ -11,7 +11,7 @@ import pytest
 from lambdas.exceptions import NoTokenError
 from lambdas.tps import TPS_HEADROOM, TpsBudget
 from rollout_contract.resources import BUDGET_TABLE
-from tests.lambdas.conftest import REGION, RUNTIME_ARN, create_table
+from tests.lambdas.conftest import REGION, RUNTIME_ARN, CallCounter, create_table
 
 
 class Serialized:
@@ -175,3 +175,41 @@ def test_concurrent_callers_share_one_budget_without_exceeding_it(dynamodb) -> N
     # THEN every send happened and no second held more than the limit
     assert len(sends) == 40
     assert max_in_any_second(sends) <= 20
+
+
+def test_a_token_costs_one_update_when_the_budget_is_as_last_seen(dynamodb) -> None:
+    # GIVEN a caller that has taken a token before
+    clock = FakeClock()
+    tps = budget(dynamodb, clock, clock.sleep)
+    tps.reserve(horizon_s=10)
+    calls = CallCounter().watch(dynamodb)
+
+    # WHEN it takes tokens back to back (busy), then after a pause (idle)
+    busy = [tps.reserve(horizon_s=10) for _ in range(20)]
+    busy_calls = calls.take()
+    clock.now += 60
+    idle = tps.reserve(horizon_s=10)
+
+    # THEN every token cost one update and nothing was read
+    assert busy_calls == {"UpdateItem": 20}
+    assert calls.take() == {"UpdateItem": 1}
+    assert max_in_any_second(busy) <= 25
+    assert idle == pytest.approx(clock.now + tps.lead_s)
+
+
+def test_a_caller_that_saw_the_budget_idle_pays_one_more_update_when_it_got_busy(dynamodb) -> None:
+    # GIVEN caller B that last saw the budget idle, and caller A that has since reserved the next second
+    clock = FakeClock()
+    a, b = budget(dynamodb, clock, clock.sleep), budget(dynamodb, clock, clock.sleep)
+    b.reserve(horizon_s=1)
+    clock.now += 60
+    taken_by_a = [a.reserve(horizon_s=2) for _ in range(25)]
+    calls = CallCounter().watch(dynamodb)
+
+    # WHEN B takes a token
+    start = b.reserve(horizon_s=2)
+
+    # THEN its guess failed and the update told it where the next slot is: two updates, no read
+    assert calls.take() == {"UpdateItem": 2}
+    assert start == pytest.approx(taken_by_a[-1] + a.interval_s)
+    assert max_in_any_second([*taken_by_a, start]) <= 25
