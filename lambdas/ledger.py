@@ -13,7 +13,9 @@ being followed by a read: the item a write met is as consistent as a strongly co
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -61,6 +63,11 @@ STALE_EXPERIMENT_S = 15 * 60
 _CONDITION_FAILED = "ConditionalCheckFailedException"
 _TXN_CANCELLED = "TransactionCanceledException"
 _REASON_CONDITION = "ConditionalCheckFailed"
+_REASON_CONFLICT = "TransactionConflict"
+#: Every slot change goes through one budget item, so concurrent transactions can conflict on it; such a
+#: transaction is retried at once, up to this many attempts, with a short jittered pause between them.
+TRANSACTION_ATTEMPTS = 6
+_CONFLICT_PAUSE_S = 0.02
 _FINISH_ROUNDS = 4
 
 
@@ -152,8 +159,10 @@ class Ledger:
         budget_table: str,
         exp_id: str,
         session_budget: int,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._dynamodb = dynamodb
+        self._sleep = sleep
         self._sessions = sessions_table
         self._budgets = budget_table
         self._exp_id = exp_id
@@ -531,17 +540,25 @@ class Ledger:
                 yield SessionRecord.from_item(item)
 
     def _transact(self, *items: dict[str, Any]) -> list[str] | None:
-        """Run a transaction; return ``None`` on success, else each item's cancellation reason code."""
-        try:
-            self._dynamodb.transact_write_items(TransactItems=list(items))
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] != _TXN_CANCELLED:
-                raise
-            reasons = [reason.get("Code", "None") for reason in exc.response.get("CancellationReasons", [])]
-            if _REASON_CONDITION not in reasons:
-                raise
-            return reasons
-        return None
+        """Run a transaction; return ``None`` on success, else each item's cancellation reason code.
+
+        A transaction cancelled only by conflicts with concurrent ones (the shared budget item) is retried.
+        """
+        attempt = 1
+        while True:
+            try:
+                self._dynamodb.transact_write_items(TransactItems=list(items))
+                return None
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] != _TXN_CANCELLED:
+                    raise
+                reasons = [reason.get("Code", "None") for reason in exc.response.get("CancellationReasons", [])]
+                if _REASON_CONDITION in reasons:
+                    return reasons
+                if _REASON_CONFLICT not in reasons or attempt == TRANSACTION_ATTEMPTS:
+                    raise
+            self._sleep(_CONFLICT_PAUSE_S * attempt * (1 + random.random()))
+            attempt += 1
 
     def _warn_count_at_zero(self, session_id: str) -> None:
         logger.warning(

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import time
 
-from lambdas.ledger import Admission, Transition
+import pytest
+from botocore.exceptions import ClientError
+
+from lambdas.ledger import TRANSACTION_ATTEMPTS, Admission, Ledger, Transition
 from rollout_contract.results import Status
 from rollout_contract.sessions import SessionState
 from tests.lambdas.conftest import CallCounter, Env
@@ -99,3 +102,62 @@ def test_finishing_a_finished_rollout_is_told_by_the_failed_write_not_a_read(env
     # THEN one conditional write says so
     assert transition is Transition.ALREADY_FINISHED
     assert calls.take() == {"UpdateItem": 1}
+
+
+class _ConflictingDynamoDB:
+    """A DynamoDB client whose next ``conflicts`` transactions are cancelled by a concurrent one."""
+
+    def __init__(self, client: object, conflicts: int) -> None:
+        self._client = client
+        self.conflicts = conflicts
+
+    def transact_write_items(self, **request: object) -> object:
+        if self.conflicts:
+            self.conflicts -= 1
+            error = {
+                "Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled"},
+                "CancellationReasons": [{"Code": "None"}, {"Code": "TransactionConflict"}],
+            }
+            raise ClientError(error, "TransactWriteItems")
+        return self._client.transact_write_items(**request)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._client, name)
+
+
+def _ledger_over(env: Env, dynamodb: object) -> Ledger:
+    settings = env.rt.settings
+    return Ledger(
+        dynamodb,
+        sessions_table=settings.sessions_table,
+        budget_table=settings.budget_table,
+        exp_id=settings.exp_id,
+        session_budget=settings.session_budget,
+        sleep=lambda _seconds: None,
+    )
+
+
+def test_a_slot_transaction_that_conflicts_with_a_concurrent_one_is_retried(env: Env) -> None:
+    # GIVEN a queued rollout and a budget item that two concurrent transactions touch first
+    request = env.start_request()
+    env.rt.ledger.record_queued(request)
+    dynamodb = _ConflictingDynamoDB(env.rt.clients.dynamodb, conflicts=2)
+
+    # WHEN the dispatcher asks for a slot
+    admission = _ledger_over(env, dynamodb).admit(request.session_id, owner="a", lease_until=time.time() + 60)
+
+    # THEN the conflicts were retried and the slot taken once
+    assert admission is Admission.ADMITTED and dynamodb.conflicts == 0
+    assert env.rt.ledger.get(request.session_id).inflight
+
+
+def test_a_transaction_that_keeps_conflicting_raises_after_its_attempts(env: Env) -> None:
+    # GIVEN a budget item so contended that every attempt conflicts
+    request = env.start_request()
+    env.rt.ledger.record_queued(request)
+    dynamodb = _ConflictingDynamoDB(env.rt.clients.dynamodb, conflicts=TRANSACTION_ATTEMPTS)
+
+    # WHEN the dispatcher asks for a slot THEN the error surfaces (the message is retried by SQS) and no slot is held
+    with pytest.raises(ClientError, match="TransactionCanceled"):
+        _ledger_over(env, dynamodb).admit(request.session_id, owner="a", lease_until=time.time() + 60)
+    assert not env.rt.ledger.get(request.session_id).inflight
