@@ -21,6 +21,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -196,9 +197,11 @@ def main(argv: list[str] | None = None) -> int:
         runtimes += math
     else:
         print(f"skipping the math agent's imports: one of {', '.join(MATH_IMPORTS)} is not installed")
-    config = EmulatorConfig(runtimes=tuple(runtimes))
+    logs = Path(tempfile.mkdtemp(prefix="acr-bench-"))
+    config = EmulatorConfig(runtimes=tuple(runtimes), log_dir=logs)
     began = time.perf_counter()
-    with start_emulator(config) as emulator:
+    print(f"emulator and agent logs in {logs}")
+    with start_emulator(config, log_file=logs / "emulator.log") as emulator:
         bench = Bench(emulator.url)
         print(f"emulator up at {emulator.url}")
         _wait_for_fork_servers(bench)
