@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
+from aws_lambda_powertools.utilities.batch import EventType
 
-from lambdas._batch import handle_sqs_batch
+from lambdas._batch import ConcurrentBatchProcessor, handle_sqs_batch
 from lambdas.finishing import finish_rollout
 from lambdas.observability import logger
 from lambdas.runtime import current_runtime
@@ -55,7 +55,10 @@ def record_handler(record: SQSRecord) -> str | None:
     return transition.value if transition else None
 
 
-processor = BatchProcessor(EventType.SQS, raise_on_entire_batch_failure=False)
+#: Records of one batch finished in parallel: each waits on a stop (its TPS token and ACR's answer), and
+#: the slot it frees is what the next rollout's dispatch is waiting for.
+FINISH_WORKERS = 10
+processor = ConcurrentBatchProcessor(EventType.SQS, max_workers=FINISH_WORKERS)
 
 
 def handler(event: dict[str, Any], context: Any) -> PartialItemFailureResponse:
