@@ -31,9 +31,7 @@ from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
 import json
-import os
 import re
 import statistics
 import threading
@@ -52,6 +50,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from examples.math_agent.dataset import synthetic
+from local_stack._process import environment
 from local_stack.model_endpoint import EndpointSettings
 from local_stack.moto_server import DUMMY_CREDENTIALS, LOCAL_REGION
 from local_stack.stack import DEFAULT_RUN_DIR, LocalStack, StackSettings
@@ -251,21 +250,6 @@ def _s3_operation(method: str, path: str, query: str, headers: dict[str, str]) -
 # Running one kind
 
 
-@contextlib.contextmanager
-def _environment(**values: str) -> Iterator[None]:
-    """Set environment variables for the block (child processes started in it inherit them)."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def run_kind(kind: RolloutKind, settings: BenchSettings) -> KindReport:
     """Start a local stack for ``kind``, measure its rollouts and stop the stack."""
     run_dir = settings.run_dir / f"bench-{kind.name}"
@@ -280,7 +264,7 @@ def run_kind(kind: RolloutKind, settings: BenchSettings) -> KindReport:
     started = time.monotonic()
     try:
         recording = (run_dir / "moto-recording.jsonl").resolve()
-        with _environment(AWS_SDK_UA_APP_ID=LAMBDAS_APP_ID, MOTO_RECORDER_FILEPATH=str(recording)):
+        with environment({"AWS_SDK_UA_APP_ID": LAMBDAS_APP_ID, "MOTO_RECORDER_FILEPATH": str(recording)}):
             stack.start()
         startup_s = time.monotonic() - started
         report = measure(stack, kind, settings)

@@ -9,13 +9,10 @@ summary, writes every result as JSONL, and shuts everything down.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +21,7 @@ from typing import TextIO
 import httpx
 
 from examples.math_agent.dataset import synthetic
+from local_stack._process import environment
 from local_stack.stack import DEFAULT_RUN_DIR, LocalStack, StackSettings
 from trainer_client import BatchItem, FailurePolicy, GroupCollector, PollSettings, RolloutClient, RolloutGroup
 from trainer_client._progress import RolloutProgress
@@ -163,7 +161,7 @@ def run_demo(settings: DemoSettings, out: TextIO = sys.stdout) -> DemoReport:
         collector = GroupCollector(settings.samples_per_prompt, settings.policy, eps=1e-6)
         input_ids = [f"problem-{row['idx']}" for row in rows for _ in range(settings.samples_per_prompt)]
         with (
-            _environment(stack.env),
+            environment(stack.env),
             RolloutClient.for_experiment(
                 DEMO_EXPERIMENT, poll=PollSettings(), sampling_params={"temperature": settings.temperature}
             ) as client,
@@ -189,21 +187,6 @@ def run_demo(settings: DemoSettings, out: TextIO = sys.stdout) -> DemoReport:
     report.total_s = time.monotonic() - started
     report.render(out)
     return report
-
-
-@contextmanager
-def _environment(values: Mapping[str, str]) -> Iterator[None]:
-    """Set environment variables (the local stack's endpoints and credentials) for the block, then restore them."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _wait_for_stops(stack: LocalStack, expected: int) -> tuple[int, int]:
