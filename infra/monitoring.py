@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 from aws_cdk import Duration
@@ -20,15 +19,20 @@ PERIOD = Duration.minutes(1)
 WIDTH = 8
 #: Minutes of back-to-back throttled 1-minute periods that count as sustained throttling.
 THROTTLE_MINUTES = 10
-STUCK_PERIOD = Duration.hours(1)
+#: Back-to-back 1-minute periods with a rollout stuck past its deadline (or no sweeper data) that page.
+STUCK_MINUTES = 3
 
 
 class Monitoring(Construct):
     """Dashboard (throughput, backlog, runtime, Lambdas, DLQs, rewards, durations) and alarms.
 
-    Alarms: any DLQ not empty, any Lambda error, sustained invoke throttling, and stuck rollouts (some in
-    flight, none ended for longer than ``max_lifetime_s``, after which ACR has killed every session).
-    They have no actions; subscribe a topic to them (``alarms`` lists them) where needed.
+    Alarms: any DLQ not empty, any Lambda error, sustained invoke throttling, and stuck rollouts: the
+    sweeper's ``RolloutsOverdue`` gauge above 0 for ``STUCK_MINUTES`` minutes, i.e. rollouts in flight more
+    than ``OVERDUE_GRACE_S`` past their deadline that the sweeper keeps failing to end. The sweeper publishes
+    the gauge every minute, 0 included, so missing data means the sweeper is not running, and nothing ends
+    overdue rollouts any more: missing data counts as breaching. The alarms have no actions; subscribe a
+    topic to them (``alarms`` lists them) where needed. ``max_lifetime_s`` (ACR's session lifetime) is drawn
+    on the rollout-duration graph.
     """
 
     def __init__(
@@ -101,16 +105,20 @@ class Monitoring(Construct):
                 treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
             )
         )
+        grace_min = names.OVERDUE_GRACE_S // 60
+        overdue = self.metric(names.OVERDUE, label=f"stuck (> {grace_min} min past deadline)", statistic="Maximum")
         self.alarms.append(
-            self._stuck_rollouts(max_lifetime_s).create_alarm(
+            overdue.create_alarm(
                 self,
                 "StuckRollouts",
-                alarm_description=f"{exp_id}: rollouts in flight but none ended (not even as timed_out) for longer "
-                "than a session can live; check the sweeper and the finisher",
-                threshold=1,
-                evaluation_periods=math.ceil(max_lifetime_s / STUCK_PERIOD.to_seconds()) + 1,
-                comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                alarm_description=f"{exp_id}: rollouts still in flight more than {grace_min} min past their "
+                "deadline that the sweeper cannot end (its log names them: 'rollout stuck in flight'), or no "
+                "data because the sweeper is not running (see its Errors alarm and its schedule)",
+                threshold=0,
+                evaluation_periods=STUCK_MINUTES,
+                datapoints_to_alarm=STUCK_MINUTES,
+                comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                treat_missing_data=cw.TreatMissingData.BREACHING,
             )
         )
         self.dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=dashboard_name)
@@ -125,6 +133,7 @@ class Monitoring(Construct):
                     self.metric(names.IN_FLIGHT, label="in flight (sessions table)", statistic="Maximum"),
                     runtime.metric_session_count(label="runtime sessions", period=PERIOD),
                 ],
+                right=[overdue],
             ),
             self._graph(
                 "Dispatch lag (s)",
@@ -167,6 +176,7 @@ class Monitoring(Construct):
             self._graph(
                 "Rollout duration (s)",
                 [self.metric(names.DURATION, label=p, statistic=p) for p in ("p50", "p90", "p99")],
+                annotations=[cw.HorizontalAnnotation(value=max_lifetime_s, label="max session lifetime")],
             ),
             cw.AlarmStatusWidget(title="Alarms", alarms=self.alarms, width=2 * WIDTH),
         )
@@ -184,23 +194,14 @@ class Monitoring(Construct):
             period=PERIOD,
         )
 
-    def _stuck_rollouts(self, max_lifetime_s: int) -> cw.MathExpression:
-        """1 in each hour with rollouts in flight and none ended, else 0."""
-        ended = {
-            f"e{i}": self.metric(names.COMPLETED, extra={names.STATUS_DIMENSION: status.value}).with_(
-                period=STUCK_PERIOD
-            )
-            for i, status in enumerate(Status)
-        }
-        in_flight = self.metric(names.IN_FLIGHT, statistic="Minimum").with_(period=STUCK_PERIOD)
-        total = " + ".join(f"FILL({name}, 0)" for name in ended)
-        return cw.MathExpression(
-            expression=f"IF(inflight > 0 AND ({total}) == 0, 1, 0)",
-            using_metrics={"inflight": in_flight, **ended},
-            label="stuck (in flight, none ended)",
-            period=STUCK_PERIOD,
-        )
-
     @staticmethod
-    def _graph(title: str, left: list[cw.IMetric], *, right: list[cw.IMetric] | None = None) -> cw.GraphWidget:
-        return cw.GraphWidget(title=title, left=left, right=right or [], width=WIDTH, height=6)
+    def _graph(
+        title: str,
+        left: list[cw.IMetric],
+        *,
+        right: list[cw.IMetric] | None = None,
+        annotations: list[cw.HorizontalAnnotation] | None = None,
+    ) -> cw.GraphWidget:
+        return cw.GraphWidget(
+            title=title, left=left, right=right or [], left_annotations=annotations or [], width=WIDTH, height=6
+        )

@@ -3,7 +3,12 @@
 Runs every minute (EventBridge schedule in AWS, a timer in the local worker); the event is ignored.
 For each overdue rollout it writes a ``timed_out`` result the first-writer-wins way (an agent result
 already there wins) and finishes the rollout through the same transition as the finisher, so whoever is
-first frees the slot. Then it publishes the in-flight gauge and reconciles the slot count.
+first frees the slot. Then it publishes the in-flight and overdue gauges and reconciles the slot count.
+
+A rollout the sweeper cannot end (the stop call throttled or failing, the result write failing, a bug) is
+logged and left in flight for the next run; once its deadline is more than ``metrics.OVERDUE_GRACE_S``
+behind, it counts in the ``RolloutsOverdue`` gauge, which every run publishes (0 included) and an alarm
+watches. One such rollout never keeps the sweeper from the rollouts after it.
 """
 
 from __future__ import annotations
@@ -27,34 +32,62 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SweepReport:
-    """What one sweep did."""
+    """What one sweep did.
+
+    Attributes:
+        overdue: rollouts found in flight past their deadline.
+        finished: of those, the ones this sweep finished (the others were finished by someone else first).
+        retry_later: of those, the ones it could not end; the next sweep tries again.
+        stuck: of ``retry_later``, the ones more than ``OVERDUE_GRACE_S`` past their deadline (the gauge).
+        reconciliation: what the slot-count reconciliation saw and did.
+    """
 
     overdue: int
     finished: int
     retry_later: int
+    stuck: int
     reconciliation: Reconciliation
 
 
 def sweep(rt: Runtime) -> SweepReport:
-    """End every overdue rollout, publish the in-flight gauge and reconcile the slot count."""
+    """End every overdue rollout, publish the in-flight and overdue gauges and reconcile the slot count."""
     now = rt.clock()
-    overdue = finished = retry_later = 0
+    stuck_before = now - names.OVERDUE_GRACE_S
+    overdue = finished = retry_later = stuck = 0
     for record in rt.ledger.overdue(now):
         overdue += 1
-        try:
-            transition = finish_rollout(_timed_out_or_existing(record, now, rt), rt)
-        except (NoTokenError, RetryableAcrError) as exc:
+        transition = _end(record, now, rt)
+        if transition is None:
             retry_later += 1
-            logger.warning(
-                "could not end an overdue rollout yet", extra={"session_id": record.session_id, "error": str(exc)}
-            )
-            continue
-        finished += transition is not Transition.ALREADY_FINISHED
+            if record.deadline_at is not None and record.deadline_at < stuck_before:
+                stuck += 1
+                logger.error(
+                    "rollout stuck in flight past its deadline",
+                    extra={"session_id": record.session_id, "overdue_s": round(now - record.deadline_at)},
+                )
+        elif transition is not Transition.ALREADY_FINISHED:
+            finished += 1
+    add_metric(names.OVERDUE, stuck)
     reconciliation = rt.ledger.reconcile(rt.clock())
     add_metric(names.IN_FLIGHT, reconciliation.inflight)
     if reconciliation.applied:
         add_metric(names.SLOT_DRIFT, reconciliation.inflight - reconciliation.held_before)
-    return SweepReport(overdue, finished, retry_later, reconciliation)
+    return SweepReport(overdue, finished, retry_later, stuck, reconciliation)
+
+
+def _end(record: SessionRecord, now: float, rt: Runtime) -> Transition | None:
+    """End one overdue rollout as ``timed_out`` (or with the result that got there first); ``None`` if it cannot."""
+    try:
+        return finish_rollout(_timed_out_or_existing(record, now, rt), rt)
+    except (NoTokenError, RetryableAcrError) as exc:
+        logger.warning(
+            "could not end an overdue rollout yet", extra={"session_id": record.session_id, "error": str(exc)}
+        )
+    except Exception:
+        # Anything else (result write refused, a table error, a bug) must not end the pass: the rollouts after
+        # this one (later deadlines) would never be swept. Logged with its traceback, tried again next run.
+        logger.exception("failed to end an overdue rollout", extra={"session_id": record.session_id})
+    return None
 
 
 def _timed_out_or_existing(record: SessionRecord, now: float, rt: Runtime) -> RolloutResult:
@@ -76,10 +109,12 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         report = sweep(current_runtime())
     finally:
         flush_metrics()
-    logger.info("sweep done", extra={"overdue": report.overdue, "finished": report.finished})
-    return {
+    summary = {
         "overdue": report.overdue,
         "finished": report.finished,
         "retry_later": report.retry_later,
+        "stuck": report.stuck,
         "inflight": report.reconciliation.inflight,
     }
+    logger.info("sweep done", extra=summary)
+    return summary

@@ -3,6 +3,9 @@
 Every metric carries the dimension :data:`EXP_DIMENSION`; :data:`COMPLETED` also carries
 :data:`STATUS_DIMENSION` (a ``results.Status`` value) and :data:`DISPATCH_ERRORS` also carries
 :data:`ERROR_CODE_DIMENSION` (an ACR error code).
+
+:data:`OVERDUE` is the "stuck rollouts" signal: rollouts still holding a session slot more than
+:data:`OVERDUE_GRACE_S` after their deadline, which the sweeper (every minute) tried and failed to end.
 """
 
 from __future__ import annotations
@@ -24,3 +27,9 @@ REWARD = "Reward"  # None: the scalar reward of a finished rollout, where numeri
 IN_FLIGHT = "RolloutsInFlight"  # Count (gauge, by the sweeper): rollouts holding a session slot
 SLOT_DRIFT = "SessionSlotDrift"  # Count: correction the sweeper applied to the slot count
 STOP_FAILURES = "StopFailures"  # Count: StopRuntimeSession calls that failed for good
+OVERDUE = "RolloutsOverdue"  # Count (gauge, by the sweeper, every run): in flight OVERDUE_GRACE_S past the deadline
+
+#: Seconds past its deadline after which a rollout still in flight counts in :data:`OVERDUE`. The sweeper
+#: runs every minute and normally ends a rollout in its first run after the deadline; a throttled or failed
+#: StopRuntimeSession is retried on each run, so five minutes is about five attempts that all failed.
+OVERDUE_GRACE_S = 5 * 60

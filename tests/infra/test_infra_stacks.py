@@ -17,6 +17,7 @@ from infra.experiment_stack import ExperimentStack
 from infra.nag import add_nag_checks
 from infra.settings import experiment_settings
 from rollout_contract.keys import experiment_prefix, payload_ref_prefix
+from rollout_contract.metrics import NAMESPACE, OVERDUE
 from rollout_contract.resources import (
     AGENT_REPOSITORY_NAME,
     BUDGET_TABLE,
@@ -488,15 +489,38 @@ def test_alarms_cover_dead_letters_errors_throttling_and_stuck_rollouts(synth: S
     watched = sorted(",".join(sorted(_metric_names(alarm))) for alarm in alarms)
     # THEN there is one per DLQ, one per function, one for throttling and one for stuck rollouts
     assert watched == sorted(
-        ["ApproximateNumberOfMessagesVisible"] * 3
-        + ["Errors"] * 3
-        + ["DispatchErrors", "RolloutsCompleted,RolloutsInFlight"]
+        ["ApproximateNumberOfMessagesVisible"] * 3 + ["Errors"] * 3 + ["DispatchErrors", "RolloutsOverdue"]
     )
     throttling = next(a for a in alarms if _metric_names(a) == {"DispatchErrors"})
     dimensions = throttling["Metrics"][0]["MetricStat"]["Metric"]["Dimensions"]
     assert {"Name": "error_code", "Value": "ThrottlingException"} in dimensions
     assert throttling["EvaluationPeriods"] == 10
     assert synth.experiments["alpha"].find_resources("AWS::CloudWatch::Dashboard")
+
+
+def test_stuck_rollouts_alarm_pages_on_3_minutes_of_overdue_rollouts_or_a_silent_sweeper(
+    synth: Synthesized,
+) -> None:
+    # GIVEN the alpha stack WHEN the alarm on the sweeper's overdue gauge is read
+    alarms = _resources(synth.experiments["alpha"], "AWS::CloudWatch::Alarm").values()
+    (stuck,) = [a["Properties"] for a in alarms if _metric_names(a["Properties"]) == {OVERDUE}]
+    # THEN it watches alpha's gauge, per minute, at its maximum
+    (metric,) = stuck["Metrics"]
+    assert metric["MetricStat"]["Metric"] == {
+        "Namespace": NAMESPACE,
+        "MetricName": OVERDUE,
+        "Dimensions": [{"Name": "exp_id", "Value": "alpha"}],
+    }
+    assert (metric["MetricStat"]["Stat"], metric["MetricStat"]["Period"]) == ("Maximum", 60)
+    # AND fires when any rollout is stuck in 3 back-to-back minutes, or when the gauge stops arriving
+    assert (stuck["ComparisonOperator"], stuck["Threshold"]) == ("GreaterThanThreshold", 0)
+    assert (stuck["EvaluationPeriods"], stuck["DatapointsToAlarm"]) == (3, 3)
+    assert stuck["TreatMissingData"] == "breaching"
+    # AND the dashboard draws the gauge in the in-flight graph
+    (dashboard,) = _resources(synth.experiments["alpha"], "AWS::CloudWatch::Dashboard").values()
+    widgets = json.loads(_render(dashboard["Properties"]["DashboardBody"]))["widgets"]
+    in_flight = next(w for w in widgets if w["properties"].get("title") == "In flight")
+    assert any(OVERDUE in metric for metric in in_flight["properties"]["metrics"])
 
 
 def _metric_names(alarm: dict[str, Any]) -> set[str]:

@@ -13,6 +13,9 @@ from lambdas.dispatcher import DispatchOutcome, dispatch
 from lambdas.ledger import STALE_EXPERIMENT_S, Transition
 from lambdas.sweeper import sweep
 from rollout_contract.budgets import SESSION_BUDGET_ID, held_attribute, seen_attribute
+from rollout_contract.messages import DispatchRequest
+from rollout_contract.metrics import OVERDUE_GRACE_S
+from rollout_contract.protocol import THROTTLING
 from rollout_contract.resources import BUDGET_PARTITION_KEY
 from rollout_contract.results import Status
 from rollout_contract.sessions import SessionState
@@ -23,6 +26,15 @@ from tests.lambdas.test_finisher import agent_writes_result, emf_blobs
 def later(env: Env, seconds: float):
     """The same runtime with its clock ``seconds`` ahead."""
     return dataclasses.replace(env.rt, clock=lambda: time.time() + seconds)
+
+
+def running_since(env: Env, seconds_ago: float, *, timeout_s: float) -> DispatchRequest:
+    """A rollout submitted and started ``seconds_ago``, with ``timeout_s``."""
+    started = time.time() - seconds_ago
+    request = env.start_request(timeout_s=timeout_s, submitted_at=started)
+    outcome = dispatch(request, receive_count=1, rt=dataclasses.replace(env.rt, clock=lambda: started))
+    assert outcome is DispatchOutcome.INVOKED
+    return request
 
 
 def set_budget_counts(env: Env, **counts: int) -> None:
@@ -161,3 +173,65 @@ def test_sweeper_handler_publishes_the_in_flight_gauge(env: Env, capsys: pytest.
     assert gauge["RolloutsInFlight"] == [2.0]
     assert gauge["exp_id"] == env.rt.settings.exp_id
     assert json.dumps(gauge["_aws"]["CloudWatchMetrics"][0]["Dimensions"]) == '[["exp_id"]]'
+    # AND the overdue gauge goes out too, at 0, so its alarm sees data
+    assert gauge["RolloutsOverdue"] == [0.0]
+
+
+def test_overdue_rollout_the_sweeper_cannot_stop_counts_as_stuck_only_past_the_grace(env: Env) -> None:
+    # GIVEN two running rollouts (60 s and 300 s timeouts) whose sessions ACR will not stop (throttled)
+    stuck = env.start_request(timeout_s=60)
+    recent = env.start_request(timeout_s=300)
+    for request in (stuck, recent):
+        dispatch(request, receive_count=1, rt=env.rt)
+    env.acr.fail_next(STOP, THROTTLING, THROTTLING)
+
+    # WHEN the sweeper runs with the first past its deadline by more than the grace, the second by 90 s
+    report = sweep(later(env, 60 + OVERDUE_GRACE_S + 30))
+
+    # THEN both are left in flight for the next run, and only the first counts as stuck
+    assert (report.overdue, report.finished, report.retry_later, report.stuck) == (2, 0, 2, 1)
+    assert [env.rt.ledger.get(r.session_id).inflight for r in (stuck, recent)] == [True, True]
+    assert env.rt.ledger.slots_held() == (2, 2)
+    # AND once ACR stops sessions again, the next run ends both and nothing is stuck
+    report = sweep(later(env, 60 + OVERDUE_GRACE_S + 90))
+    assert (report.finished, report.stuck) == (2, 0)
+    assert env.rt.ledger.slots_held() == (0, 0)
+
+
+def test_rollouts_whose_result_write_fails_all_count_as_stuck_and_none_blocks_the_next(env: Env) -> None:
+    # GIVEN two running rollouts long past their deadline, and a results bucket that refuses every write
+    requests = [env.start_request(timeout_s=60) for _ in range(2)]
+    for request in requests:
+        dispatch(request, receive_count=1, rt=env.rt)
+    env.rt.clients.s3.delete_bucket(Bucket=env.rt.settings.results_bucket)
+
+    # WHEN the sweeper runs
+    report = sweep(later(env, 60 + OVERDUE_GRACE_S + 30))
+
+    # THEN the first failure did not end the pass: both were tried, both are stuck in flight, none stopped
+    assert (report.overdue, report.retry_later, report.stuck) == (2, 2, 2)
+    assert all(env.rt.ledger.get(r.session_id).inflight for r in requests)
+    assert env.acr.calls_of(STOP) == []
+
+
+def test_sweeper_handler_publishes_the_stuck_rollout_in_the_overdue_gauge(
+    env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a rollout whose 60 s deadline passed more than the grace ago, and ACR throttling its stop
+    request = running_since(env, 60 + OVERDUE_GRACE_S + 60, timeout_s=60)
+    env.acr.fail_next(STOP, THROTTLING)
+    capsys.readouterr()
+
+    # WHEN the scheduled handler runs
+    summary = sweeper.handler({"source": "aws.events"}, None)
+
+    # THEN it reports the rollout stuck, and the EMF line on stdout carries RolloutsOverdue = 1 for the experiment
+    assert (summary["stuck"], summary["inflight"]) == (1, 1)
+    assert [c.session_id for c in env.acr.calls_of(STOP)] == [request.session_id]
+    (gauge,) = [b for b in emf_blobs(capsys.readouterr().out) if "RolloutsOverdue" in b]
+    assert gauge["RolloutsOverdue"] == [1.0]
+    assert gauge["exp_id"] == env.rt.settings.exp_id
+    (directive,) = gauge["_aws"]["CloudWatchMetrics"]
+    assert directive["Namespace"] == "AgentcoreRollouts"
+    assert directive["Dimensions"] == [["exp_id"]]
+    assert {"Name": "RolloutsOverdue", "Unit": "Count"} in directive["Metrics"]
