@@ -5,14 +5,23 @@ For each overdue rollout it writes a ``timed_out`` result the first-writer-wins 
 already there wins) and finishes the rollout through the same transition as the finisher, so whoever is
 first frees the slot. Then it publishes the in-flight and overdue gauges and reconciles the slot count.
 
+Overdue rollouts are ended on ``SWEEP_WORKERS`` threads: each stop waits for a token from the shared invoke
+budget and then for ACR's answer, so after a mass failure (an AZ event, a thousand agents dying at once)
+the stops overlap while the budget still bounds their rate. A run takes a new rollout only while more than
+``TIME_MARGIN_S`` of its time budget is left (the Lambda context's remaining time); the rest are left in
+flight, earliest deadline first, for the next run, and the gauges and metrics always go out.
+
 A rollout the sweeper cannot end (the stop call throttled or failing, the result write failing, a bug) is
 logged and left in flight for the next run; once its deadline is more than ``metrics.OVERDUE_GRACE_S``
 behind, it counts in the ``RolloutsOverdue`` gauge, which every run publishes (0 included) and an alarm
-watches. One such rollout never keeps the sweeper from the rollouts after it.
+watches, as does a rollout left untried because the time budget was spent. One such rollout never keeps
+the sweeper from the rollouts after it.
 """
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,8 +35,18 @@ from rollout_contract.keys import ResultKey
 from rollout_contract.results import ErrorInfo, RolloutResult, Status, Timings
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from lambdas.ledger import SessionRecord
     from lambdas.runtime import Runtime
+
+#: Overdue rollouts ended at once. Each waits on its stop (a token from the shared invoke budget, which
+#: bounds the rate, then ACR's answer); boto3 keeps 10 connections per client, so more would queue there.
+SWEEP_WORKERS = 10
+#: Seconds of a run's time budget kept back after the last rollout is taken: the stops in progress (a token
+#: wait of up to ``runtime.MAX_TOKEN_WAIT_S``, ACR's answer, the result and ledger writes), then the
+#: reconciliation, the gauges and the metrics flush.
+TIME_MARGIN_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -37,42 +56,90 @@ class SweepReport:
     Attributes:
         overdue: rollouts found in flight past their deadline.
         finished: of those, the ones this sweep finished (the others were finished by someone else first).
-        retry_later: of those, the ones it could not end; the next sweep tries again.
-        stuck: of ``retry_later``, the ones more than ``OVERDUE_GRACE_S`` past their deadline (the gauge).
+        retry_later: of those, the ones it tried and could not end; the next sweep tries again.
+        left_for_next_run: of those, the ones it did not try because the run's time budget was spent.
+        stuck: of those still in flight (``retry_later`` and ``left_for_next_run``), the ones more than
+            ``OVERDUE_GRACE_S`` past their deadline (the gauge).
         reconciliation: what the slot-count reconciliation saw and did.
     """
 
     overdue: int
     finished: int
     retry_later: int
+    left_for_next_run: int
     stuck: int
     reconciliation: Reconciliation
 
 
-def sweep(rt: Runtime) -> SweepReport:
-    """End every overdue rollout, publish the in-flight and overdue gauges and reconcile the slot count."""
+def sweep(rt: Runtime, *, time_left_s: Callable[[], float] | None = None) -> SweepReport:
+    """End overdue rollouts while time is left, publish the in-flight and overdue gauges, reconcile the slots.
+
+    Args:
+        rt: the function's runtime.
+        time_left_s: seconds left in this run's time budget (the handler passes the Lambda context's remaining
+            time); a rollout is taken only while more than ``TIME_MARGIN_S`` are left. ``None``: no limit.
+    """
     now = rt.clock()
+    records = list(rt.ledger.overdue(now))
+    ended = _end_all(records, now, rt, time_left_s)
     stuck_before = now - names.OVERDUE_GRACE_S
-    overdue = finished = retry_later = stuck = 0
-    for record in rt.ledger.overdue(now):
-        overdue += 1
-        transition = _end(record, now, rt)
-        if transition is None:
+    finished = retry_later = left = stuck = 0
+    for index, record in enumerate(records):
+        transition = ended.get(index)
+        if transition is not None:
+            if transition is not Transition.ALREADY_FINISHED:
+                finished += 1
+            continue
+        tried = index in ended
+        if tried:
             retry_later += 1
-            if record.deadline_at is not None and record.deadline_at < stuck_before:
-                stuck += 1
-                logger.error(
-                    "rollout stuck in flight past its deadline",
-                    extra={"session_id": record.session_id, "overdue_s": round(now - record.deadline_at)},
-                )
-        elif transition is not Transition.ALREADY_FINISHED:
-            finished += 1
+        else:
+            left += 1
+        if record.deadline_at is not None and record.deadline_at < stuck_before:
+            stuck += 1
+            logger.error(
+                "rollout stuck in flight past its deadline",
+                extra={"session_id": record.session_id, "overdue_s": round(now - record.deadline_at), "tried": tried},
+            )
+    if left:
+        logger.warning(
+            "time budget spent; overdue rollouts left for the next run",
+            extra={"left_for_next_run": left, "tried": len(ended)},
+        )
     add_metric(names.OVERDUE, stuck)
     reconciliation = rt.ledger.reconcile(rt.clock())
     add_metric(names.IN_FLIGHT, reconciliation.inflight)
     if reconciliation.applied:
         add_metric(names.SLOT_DRIFT, reconciliation.inflight - reconciliation.held_before)
-    return SweepReport(overdue, finished, retry_later, stuck, reconciliation)
+    return SweepReport(len(records), finished, retry_later, left, stuck, reconciliation)
+
+
+def _end_all(
+    records: Sequence[SessionRecord], now: float, rt: Runtime, time_left_s: Callable[[], float] | None
+) -> dict[int, Transition | None]:
+    """End ``records`` in order on up to ``SWEEP_WORKERS`` threads while time is left; outcomes by index."""
+    ended: dict[int, Transition | None] = {}
+    pending = iter(enumerate(records))
+    lock = threading.Lock()
+    spent = False
+
+    def take() -> tuple[int, SessionRecord] | None:
+        nonlocal spent
+        with lock:
+            spent = spent or (time_left_s is not None and time_left_s() <= TIME_MARGIN_S)
+            return None if spent else next(pending, None)
+
+    def work() -> None:
+        while (taken := take()) is not None:
+            index, record = taken
+            ended[index] = _end(record, now, rt)
+
+    workers = min(SWEEP_WORKERS, len(records))
+    if workers:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sweeper") as pool:
+            for future in [pool.submit(work) for _ in range(workers)]:
+                future.result()
+    return ended
 
 
 def _end(record: SessionRecord, now: float, rt: Runtime) -> Transition | None:
@@ -104,15 +171,21 @@ def _timed_out_or_existing(record: SessionRecord, now: float, rt: Runtime) -> Ro
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    """Lambda entry point (scheduled); returns a summary of the sweep."""
+    """Lambda entry point (scheduled); returns a summary of the sweep.
+
+    With a context, the sweep takes no new rollout once less than ``TIME_MARGIN_S`` is left before the
+    function's timeout; without one (a direct call), it has no time limit.
+    """
+    time_left_s = None if context is None else lambda: context.get_remaining_time_in_millis() / 1000
     try:
-        report = sweep(current_runtime())
+        report = sweep(current_runtime(), time_left_s=time_left_s)
     finally:
         flush_metrics()
     summary = {
         "overdue": report.overdue,
         "finished": report.finished,
         "retry_later": report.retry_later,
+        "left_for_next_run": report.left_for_next_run,
         "stuck": report.stuck,
         "inflight": report.reconciliation.inflight,
     }

@@ -3,7 +3,8 @@
 The ACR double answers ``POST /runtimes/{arn}/invocations`` and ``/stopruntimesession`` like the real
 data plane (status code, ``x-amzn-ErrorType`` header, JSON message) from a script, and records every
 call. It is reached through a real boto3 ``bedrock-agentcore`` client; ``mock_aws`` passes requests for
-services moto does not implement through to the endpoint.
+services moto does not implement through to the endpoint. It can also hold calls until several are in
+flight together (:meth:`AcrDouble.hold`), which proves callers overlap without timing assumptions.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ BUCKET = "results-bucket"
 RUNTIME_ARN = "arn:aws:bedrock-agentcore:us-east-1:123456789012:runtime/rollout_exp-abc123"
 INVOKE = "invocations"
 STOP = "stopruntimesession"
+#: Longest a held call waits for the others before the double lets every held call through.
+HOLD_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -62,11 +65,31 @@ class AcrDouble:
     calls: list[AcrCall] = field(default_factory=list)
     script: dict[str, deque[AcrError]] = field(default_factory=lambda: defaultdict(deque))
     lock: threading.Lock = field(default_factory=threading.Lock)
+    holds: dict[str, int] = field(default_factory=dict)
+    in_flight: Counter[str] = field(default_factory=Counter)
+    peak: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self._arrived = threading.Condition(self.lock)
 
     def fail_next(self, operation: str, *errors: AcrError) -> None:
         """Answer the next calls of ``operation`` with ``errors``, in order."""
         with self.lock:
             self.script[operation].extend(errors)
+
+    def hold(self, operation: str, *, until_in_flight: int) -> None:
+        """Hold calls of ``operation`` until ``until_in_flight`` of them are in flight together, then let all through.
+
+        Calls after that pass at once. If the others do not come within ``HOLD_TIMEOUT_S``, every held call
+        goes through anyway (the test's assertion on :meth:`peak_in_flight` then fails; it never hangs).
+        """
+        with self.lock:
+            self.holds[operation] = until_in_flight
+
+    def peak_in_flight(self, operation: str) -> int:
+        """The most calls of ``operation`` the double was answering at once."""
+        with self.lock:
+            return self.peak[operation]
 
     def calls_of(self, operation: str, session_id: str | None = None) -> list[AcrCall]:
         """The calls of ``operation`` received so far (for ``session_id`` if given)."""
@@ -78,8 +101,26 @@ class AcrDouble:
     def answer(self, operation: str, session_id: str, body: dict[str, Any]) -> AcrError | None:
         with self.lock:
             self.calls.append(AcrCall(operation, session_id, body, time.time()))
+            self.in_flight[operation] += 1
+            self.peak[operation] = max(self.peak[operation], self.in_flight[operation])
+            try:
+                self._wait_for_company(operation)
+            finally:
+                self.in_flight[operation] -= 1
             queue = self.script[operation]
             return queue.popleft() if queue else None
+
+    def _wait_for_company(self, operation: str) -> None:
+        """Under the lock: wait while ``operation`` is held and fewer calls than asked are in flight."""
+        until = self.holds.get(operation)
+        if until is None:
+            return
+        if self.in_flight[operation] < until and self._arrived.wait_for(
+            lambda: operation not in self.holds, timeout=HOLD_TIMEOUT_S
+        ):
+            return
+        self.holds.pop(operation, None)
+        self._arrived.notify_all()
 
 
 def _handler_class(double: AcrDouble) -> type[BaseHTTPRequestHandler]:

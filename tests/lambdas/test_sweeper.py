@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
 from lambdas import finisher, sweeper
 from lambdas.dispatcher import DispatchOutcome, dispatch
 from lambdas.ledger import STALE_EXPERIMENT_S, Transition
-from lambdas.sweeper import sweep
+from lambdas.runtime import Runtime, current_runtime
+from lambdas.sweeper import SWEEP_WORKERS, TIME_MARGIN_S, sweep
 from rollout_contract.budgets import SESSION_BUDGET_ID, held_attribute, seen_attribute
 from rollout_contract.messages import DispatchRequest
 from rollout_contract.metrics import OVERDUE_GRACE_S
@@ -21,6 +26,10 @@ from rollout_contract.results import Status
 from rollout_contract.sessions import SessionState
 from tests.lambdas.conftest import STOP, Env, sqs_event
 from tests.lambdas.test_finisher import agent_writes_result, emf_blobs
+
+#: Rollouts a mass failure leaves overdue at once in these tests: more than the sweeper's workers, so some
+#: workers take a second and a third.
+MASS_FAILURE = 2 * SWEEP_WORKERS + 5
 
 
 def later(env: Env, seconds: float):
@@ -35,6 +44,52 @@ def running_since(env: Env, seconds_ago: float, *, timeout_s: float) -> Dispatch
     outcome = dispatch(request, receive_count=1, rt=dataclasses.replace(env.rt, clock=lambda: started))
     assert outcome is DispatchOutcome.INVOKED
     return request
+
+
+def with_settings(env: Env, **changes: Any) -> Env:
+    """The same experiment (same clients, tables and budget items) with other settings, e.g. a larger session budget."""
+    return dataclasses.replace(env, rt=Runtime.build(env.rt.settings.model_copy(update=changes), env.rt.clients))
+
+
+def one_call_at_a_time(dynamodb: Any) -> None:
+    """Run the client's calls one at a time, as DynamoDB applies conditional writes to one item.
+
+    moto checks a condition and writes without a lock, so parallel workers could both pass the same condition
+    on the budget item; real DynamoDB cannot. The lock gives moto DynamoDB's atomicity, nothing more.
+    """
+    lock = threading.Lock()
+
+    def acquire(**_: Any) -> None:
+        lock.acquire()
+
+    def release(**_: Any) -> None:
+        lock.release()
+
+    events = dynamodb.meta.events
+    events.register("before-call.dynamodb", acquire, unique_id="test-sweeper-serialize-acquire")
+    events.register("after-call.dynamodb", release, unique_id="test-sweeper-serialize-release")
+    events.register("after-call-error.dynamodb", release, unique_id="test-sweeper-serialize-release-error")
+
+
+def mass_failure(env: Env, count: int = MASS_FAILURE) -> tuple[Env, list[DispatchRequest]]:
+    """``count`` rollouts that started 120 s ago with a 60 s timeout and whose agents all died (no result).
+
+    Returns the experiment with a session budget that holds them all, and their start requests.
+    """
+    roomy = with_settings(env, session_budget=count + 10)
+    one_call_at_a_time(roomy.rt.clients.dynamodb)
+    with ThreadPoolExecutor(max_workers=SWEEP_WORKERS) as pool:
+        return roomy, list(pool.map(lambda _: running_since(roomy, 120, timeout_s=60), range(count)))
+
+
+@dataclasses.dataclass
+class LambdaContext:
+    """The part of the Lambda context the sweeper reads: the time left before the function's timeout."""
+
+    time_left_s: Callable[[], float]
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int(self.time_left_s() * 1000)
 
 
 def set_budget_counts(env: Env, **counts: int) -> None:
@@ -235,3 +290,110 @@ def test_sweeper_handler_publishes_the_stuck_rollout_in_the_overdue_gauge(
     assert directive["Namespace"] == "AgentcoreRollouts"
     assert directive["Dimensions"] == [["exp_id"]]
     assert {"Name": "RolloutsOverdue", "Unit": "Count"} in directive["Metrics"]
+
+
+def test_a_mass_failure_is_swept_in_one_run_with_the_stops_in_parallel(env: Env) -> None:
+    # GIVEN more overdue rollouts than the sweeper has workers (agents that died at once), and an ACR that
+    # answers no stop until SWEEP_WORKERS of them are in flight together
+    roomy, requests = mass_failure(env)
+    env.acr.hold(STOP, until_in_flight=SWEEP_WORKERS)
+
+    # WHEN the sweeper runs once
+    report = sweep(roomy.rt)
+
+    # THEN SWEEP_WORKERS stops overlapped, and every rollout ended as timed_out, stopped once, its slot freed
+    assert env.acr.peak_in_flight(STOP) == SWEEP_WORKERS
+    assert (report.overdue, report.finished, report.retry_later, report.left_for_next_run, report.stuck) == (
+        MASS_FAILURE,
+        MASS_FAILURE,
+        0,
+        0,
+        0,
+    )
+    assert sorted(c.session_id for c in env.acr.calls_of(STOP)) == sorted(r.session_id for r in requests)
+    assert {env.rt.store.read(r.key).status for r in requests} == {Status.TIMED_OUT}
+    assert env.rt.ledger.slots_held() == (0, 0)
+    # AND each slot was freed exactly once: the count was right before the reconciliation looked at it
+    assert (report.reconciliation.held_before, report.reconciliation.inflight) == (0, 0)
+
+
+def test_a_spent_time_budget_leaves_the_rest_for_the_next_run_which_ends_them(
+    env: Env, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # GIVEN a mass failure, and a first run whose time runs out once SWEEP_WORKERS stops reached ACR (which
+    # holds them until all are in flight, so no worker can take another rollout before that)
+    roomy, requests = mass_failure(env)
+    one_call_at_a_time(current_runtime().clients.dynamodb)
+    env.acr.hold(STOP, until_in_flight=SWEEP_WORKERS)
+    plenty = TIME_MARGIN_S + 40
+
+    def first_run_time_left_s() -> float:
+        return plenty if len(env.acr.calls_of(STOP)) < SWEEP_WORKERS else TIME_MARGIN_S - 1
+
+    capsys.readouterr()
+
+    # WHEN the scheduled handler runs with that time budget
+    first = sweeper.handler({"source": "aws.events"}, LambdaContext(first_run_time_left_s))
+
+    # THEN it ended the rollouts it took, earliest deadlines first, and left the rest in flight for the next run;
+    # none counts as stuck (their deadlines are within the grace)
+    assert (first["overdue"], first["finished"], first["retry_later"], first["left_for_next_run"]) == (
+        MASS_FAILURE,
+        SWEEP_WORKERS,
+        0,
+        MASS_FAILURE - SWEEP_WORKERS,
+    )
+    assert (first["stuck"], first["inflight"]) == (0, MASS_FAILURE - SWEEP_WORKERS)
+    assert env.rt.ledger.slots_held() == (MASS_FAILURE - SWEEP_WORKERS,) * 2
+    by_deadline = sorted(requests, key=lambda r: r.deadline_at)
+    assert {c.session_id for c in env.acr.calls_of(STOP)} == {r.session_id for r in by_deadline[:SWEEP_WORKERS]}
+    assert not any(env.rt.store.exists(r.key) for r in by_deadline[SWEEP_WORKERS:])
+    # AND the run's log says how many were left, and its gauges went out
+    (done,) = [r for r in caplog.records if r.getMessage() == "sweep done"]
+    assert done.left_for_next_run == MASS_FAILURE - SWEEP_WORKERS
+    (gauges,) = [b for b in emf_blobs(capsys.readouterr().out) if "RolloutsInFlight" in b]
+    assert (gauges["RolloutsInFlight"], gauges["RolloutsOverdue"]) == ([MASS_FAILURE - SWEEP_WORKERS], [0.0])
+
+    # WHEN the next run has time enough
+    second = sweeper.handler({"source": "aws.events"}, LambdaContext(lambda: plenty))
+
+    # THEN it ends every rollout left, and its gauges go out too, now at zero
+    assert (second["overdue"], second["finished"], second["left_for_next_run"]) == (
+        MASS_FAILURE - SWEEP_WORKERS,
+        MASS_FAILURE - SWEEP_WORKERS,
+        0,
+    )
+    assert {env.rt.store.read(r.key).status for r in requests} == {Status.TIMED_OUT}
+    assert len(env.acr.calls_of(STOP)) == MASS_FAILURE
+    assert env.rt.ledger.slots_held() == (0, 0)
+    (gauges,) = [b for b in emf_blobs(capsys.readouterr().out) if "RolloutsInFlight" in b]
+    assert (gauges["RolloutsInFlight"], gauges["RolloutsOverdue"]) == ([0.0], [0.0])
+
+
+def test_a_rollout_left_for_the_next_run_past_the_grace_counts_as_stuck(env: Env) -> None:
+    # GIVEN a rollout more than the grace past its deadline and one just past it
+    stuck = running_since(env, 60 + OVERDUE_GRACE_S + 60, timeout_s=60)
+    recent = running_since(env, 90, timeout_s=60)
+
+    # WHEN a sweep runs with its time budget already spent
+    report = sweep(env.rt, time_left_s=lambda: TIME_MARGIN_S)
+
+    # THEN it tries neither, leaves both in flight, and only the first counts in the overdue gauge
+    assert (report.overdue, report.finished, report.retry_later, report.left_for_next_run) == (2, 0, 0, 2)
+    assert report.stuck == 1
+    assert env.acr.calls_of(STOP) == []
+    assert [env.rt.ledger.get(r.session_id).inflight for r in (stuck, recent)] == [True, True]
+
+
+def test_parallel_stops_still_take_their_turns_in_the_shared_invoke_budget(env: Env) -> None:
+    # GIVEN overdue rollouts as many as the sweeper's workers, and an invoke budget of 5 calls a second
+    roomy, _ = mass_failure(env, SWEEP_WORKERS)
+    slow = with_settings(roomy, tps_limit=5)
+
+    # WHEN the sweeper ends them
+    report = sweep(slow.rt)
+
+    # THEN the stops reached ACR spread at the budget's pace, not all at once
+    assert report.finished == SWEEP_WORKERS
+    arrivals = sorted(c.at for c in env.acr.calls_of(STOP))
+    assert arrivals[-1] - arrivals[0] >= 0.8 * (SWEEP_WORKERS - 1) * slow.rt.acr.tps.interval_s
