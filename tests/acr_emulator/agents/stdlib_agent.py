@@ -47,11 +47,15 @@ class Handler(BaseHTTPRequestHandler):
 
     def _send(self, status, body, content_type="application/json"):
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            # The emulator hung up (a ping in flight while it stops the session): nothing to answer.
+            self.close_connection = True
 
     def do_GET(self):
         if self.path != "/ping":
