@@ -224,18 +224,3 @@ def backend(descriptor: ExperimentDescriptor) -> Backend:
 def client(descriptor: ExperimentDescriptor) -> Iterator[RolloutClient]:
     with RolloutClient.from_descriptor(descriptor, poll=FAST_POLL) as client:
         yield client
-
-    def queue_depth(self) -> int:
-        """Messages in the completion queue, visible or not."""
-        attributes = self.sqs.get_queue_attributes(
-            QueueUrl=self.descriptor.completion_queue_url,
-            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-        )["Attributes"]
-        return int(attributes["ApproximateNumberOfMessages"]) + int(attributes["ApproximateNumberOfMessagesNotVisible"])
-
-    def wait_for_depth(self, depth: int, timeout: float = 5.0) -> int:
-        """Wait until the completion queue holds ``depth`` messages; return the last depth seen."""
-        deadline = time.monotonic() + timeout
-        while (current := self.queue_depth()) != depth and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return current
