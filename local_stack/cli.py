@@ -71,9 +71,7 @@ def _add_demo(subparsers: argparse._SubParsersAction) -> None:
 def _demo(args: argparse.Namespace) -> int:
     from local_stack.demo import DemoSettings, run_demo
 
-    state = read_state(args.run_dir)
-    if state and any(_alive(p) for p in state["processes"]):
-        print(f"a local stack already runs from {args.run_dir}; run `rollouts local down` first", file=sys.stderr)
+    if _already_running(args.run_dir):
         return 1
     try:
         settings = DemoSettings(
@@ -117,6 +115,15 @@ def read_state(run_dir: Path) -> dict[str, Any] | None:
         raise SystemExit(f"{path} is not valid JSON ({exc}); delete it and stop stray processes by hand") from exc
 
 
+def _already_running(run_dir: Path) -> bool:
+    """Whether a stack recorded in ``run_dir`` still runs (and say so, with what to do)."""
+    state = read_state(run_dir)
+    if state and any(_alive(p) for p in state["processes"]):
+        print(f"a local stack already runs from {run_dir}; run `rollouts local down` first", file=sys.stderr)
+        return True
+    return False
+
+
 def _alive(process: dict[str, Any]) -> bool:
     """Whether the recorded process still runs: same pid and same command line (pids get reused)."""
     from local_stack._process import pid_alive
@@ -137,9 +144,7 @@ def _up(args: argparse.Namespace) -> int:
     from local_stack.model_endpoint import EndpointSettings
     from local_stack.stack import LocalStack, StackSettings
 
-    state = read_state(args.run_dir)
-    if state and any(_alive(p) for p in state["processes"]):
-        print(f"a local stack already runs from {args.run_dir}; run `rollouts local down` first", file=sys.stderr)
+    if _already_running(args.run_dir):
         return 1
     try:
         settings = StackSettings(
