@@ -19,6 +19,7 @@ from infra.nag import acknowledge
 from infra.queues import RolloutQueue
 from infra.runtime import AgentRuntime
 from infra.settings import ExperimentSettings
+from infra.tables import contract_table
 from rollout_contract.keys import experiment_prefix, payload_ref_prefix
 from rollout_contract.resources import (
     AGENT_REPOSITORY_NAME,
@@ -26,7 +27,6 @@ from rollout_contract.resources import (
     ExperimentDescriptor,
     ExperimentResources,
     HandlerSettings,
-    TableSpec,
     result_event_pattern,
     results_bucket_name,
 )
@@ -74,7 +74,9 @@ class ExperimentStack(Stack):
         self.dispatch = RolloutQueue(self, "DispatchQueue", spec=names.dispatch_queue)
         self.completions = RolloutQueue(self, "CompletionQueue", spec=names.completion_queue)
         self.finisher_inbox = RolloutQueue(self, "FinisherQueue", spec=names.finisher_queue)
-        self.sessions_table = self._table(names.sessions_table)
+        self.sessions_table = contract_table(
+            self, "SessionsTable", spec=names.sessions_table, removal_policy=RemovalPolicy.DESTROY
+        )
 
         pattern = result_event_pattern(bucket.bucket_name, exp_id)
         self.result_rule = events.Rule(
@@ -284,28 +286,6 @@ class ExperimentStack(Stack):
         for name, value in outputs.items():
             CfnOutput(self, name, value=value)
         self._acknowledge_nag_findings(exp_id)
-
-    def _table(self, spec: TableSpec) -> dynamodb.Table:
-        table = dynamodb.Table(
-            self,
-            "SessionsTable",
-            table_name=spec.name,
-            partition_key=dynamodb.Attribute(name=spec.partition_key, type=dynamodb.AttributeType.STRING),
-            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-            time_to_live_attribute=spec.ttl_attribute,
-            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                point_in_time_recovery_enabled=True
-            ),
-            removal_policy=RemovalPolicy.DESTROY,
-        )
-        for index in spec.indexes:
-            table.add_global_secondary_index(
-                index_name=index.name,
-                partition_key=dynamodb.Attribute(name=index.partition_key, type=dynamodb.AttributeType.STRING),
-                sort_key=dynamodb.Attribute(name=index.sort_key, type=dynamodb.AttributeType.NUMBER),
-                projection_type=dynamodb.ProjectionType.ALL,
-            )
-        return table
 
     def _function(
         self,

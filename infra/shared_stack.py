@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
-from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ecr as ecr
 from constructs import Construct
 
 from infra.results_bucket import ResultsBucket
 from infra.settings import MUTABLE_IMAGE_TAGS
+from infra.tables import contract_table
 from rollout_contract.resources import AGENT_REPOSITORY_NAME, BUDGET_TABLE, results_bucket_name
 
 KEEP_TAGGED_IMAGES = 100
@@ -50,18 +50,7 @@ class SharedStack(Stack):
             removal_policy=RemovalPolicy.RETAIN,
         )
         self.results = ResultsBucket(self, "Results", bucket_name=results_bucket_name(self.account, self.region))
-        self.budget_table = dynamodb.Table(
-            self,
-            "BudgetTable",
-            table_name=BUDGET_TABLE.name,
-            partition_key=dynamodb.Attribute(name=BUDGET_TABLE.partition_key, type=dynamodb.AttributeType.STRING),
-            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-            time_to_live_attribute=BUDGET_TABLE.ttl_attribute,
-            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                point_in_time_recovery_enabled=True
-            ),
-            removal_policy=RemovalPolicy.RETAIN,
-        )
+        self.budget_table = contract_table(self, "BudgetTable", spec=BUDGET_TABLE, removal_policy=RemovalPolicy.RETAIN)
         CfnOutput(self, "AgentRepositoryUri", value=self.repository.repository_uri)
         CfnOutput(self, "ResultsBucketName", value=self.results.bucket.bucket_name)
         CfnOutput(self, "BudgetTableName", value=self.budget_table.table_name)
