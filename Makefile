@@ -4,12 +4,15 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# The optional machine-learning environment: CPU PyTorch, verl, agentcore-rl-toolkit (tests/ml/).
+ML_VENV := .venv-ml
+ML_BIN := $(ML_VENV)/bin
 # Bytecode keeps `import aws_cdk` about 4x faster; the environment may turn it off.
 unexport PYTHONDONTWRITEBYTECODE
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export UV_LINK_MODE := copy
 
-.PHONY: install test lint demo clean
+.PHONY: install ml-env test test-ml lint demo clean
 
 install: $(VENV)/.installed node_modules/.installed
 
@@ -23,14 +26,30 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+# CPU torch first, with pip (it takes the CPU build on this machine image; a bare `torch` requirement
+# would pull a multi-GB CUDA build), then the rest with uv; verl without its GPU-only pins.
+ml-env: $(ML_VENV)/.installed
+
+$(ML_VENV)/.installed: pyproject.toml requirements/ml.txt
+	test -x $(ML_BIN)/python || $(PYTHON) -m venv $(ML_VENV)
+	$(ML_BIN)/python -m pip install --quiet --disable-pip-version-check torch==2.13.0 uv
+	$(ML_BIN)/uv pip install --quiet --python $(ML_BIN)/python --compile-bytecode -e '.[dev]' -r requirements/ml.txt
+	$(ML_BIN)/uv pip install --quiet --python $(ML_BIN)/python --compile-bytecode --no-deps verl==0.9.1
+	touch $@
+
 lint: install
 	$(BIN)/ruff check .
 
 test: lint
 	$(BIN)/python -m pytest
+	$(MAKE) test-ml
+
+# Tests against the real frameworks' types (skipped in .venv, where the frameworks are not installed).
+test-ml: ml-env
+	$(ML_BIN)/python -m pytest tests/ml
 
 demo: install
 	$(BIN)/rollouts demo
 
 clean:
-	rm -rf $(VENV) node_modules cdk.out .pytest_cache
+	rm -rf $(VENV) $(ML_VENV) node_modules cdk.out .pytest_cache
