@@ -34,6 +34,7 @@ from rollout_contract.messages import (
     MissingRolloutFieldsError,
     RolloutSpec,
     parse_dispatch_message,
+    validate_timeout_s,
 )
 from rollout_contract.resources import ExperimentDescriptor, ExperimentResources, HandlerSettings
 from rollout_contract.results import (
@@ -78,4 +79,5 @@ __all__ = [
     "validate_exp_id",
     "validate_input_id",
     "validate_session_id",
+    "validate_timeout_s",
 ]

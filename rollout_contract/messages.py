@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import time
+from numbers import Real
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
@@ -16,6 +18,20 @@ SQS_MAX_INLINE_PAYLOAD_BYTES = 240 * 1024
 SAVE_FIELDS = ("exp_id", "input_id", "s3_bucket")
 #: The ``status`` of an agent's immediate answer to ``/invocations`` (ART's).
 PROCESSING = "processing"
+
+
+def validate_timeout_s(value: object, name: str = "timeout") -> float:
+    """Return ``value`` as seconds if it is a finite positive number (not a bool, not a string).
+
+    Raises:
+        ValueError: anything else; the message names ``name`` and says what to pass.
+    """
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise ValueError(f"{name} must be a number of seconds, got {type(value).__name__} {value!r}")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"{name} must be a finite positive number of seconds, got {value!r}")
+    return seconds
 
 
 class MissingRolloutFieldsError(ValueError):
@@ -127,7 +143,7 @@ class DispatchRequest(_QueueMessage):
     payload_ref: str | None = None
     rollout: dict[str, Any] = Field(default_factory=dict)
     submitted_at: float = Field(default_factory=time.time)
-    timeout_s: float = Field(gt=0)
+    timeout_s: float = Field(gt=0, allow_inf_nan=False)
 
     @property
     def deadline_at(self) -> float:

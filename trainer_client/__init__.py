@@ -32,10 +32,12 @@ from trainer_client._exceptions import (
     ClientError,
     DispatchError,
     DispatchFailedError,
+    DuplicateSessionError,
     ExperimentNotFoundError,
     RolloutCancelledError,
     RolloutError,
     RolloutTimeoutError,
+    StoreUnavailableError,
     SubmitError,
 )
 from trainer_client._future import RolloutFuture
@@ -54,6 +56,7 @@ __all__ = [
     "DEFAULT_ROLLOUT_TIMEOUT_S",
     "DispatchError",
     "DispatchFailedError",
+    "DuplicateSessionError",
     "ExperimentNotFoundError",
     "ExperimentStatus",
     "FailurePolicy",
@@ -66,6 +69,7 @@ __all__ = [
     "RolloutFuture",
     "RolloutGroup",
     "RolloutTimeoutError",
+    "StoreUnavailableError",
     "SubmitError",
     "TokenTrace",
     "TraceSettings",

@@ -21,6 +21,7 @@ from typing import Any
 from botocore.exceptions import EndpointConnectionError, NoCredentialsError, NoRegionError
 
 from rollout_contract import InvalidIdError, Status, new_session_id
+from rollout_contract.messages import validate_timeout_s
 from trainer_client._client import RolloutClient
 from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S, PollSettings
 from trainer_client._exceptions import RolloutError
@@ -208,7 +209,7 @@ def _positive_int(text: str) -> int:
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
+    try:
+        return validate_timeout_s(float(text), "the value")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"must be a finite positive number, got {text}") from exc

@@ -21,24 +21,26 @@ from rollout_contract import (
     ResultKey,
     Status,
     new_session_id,
+    parse_dispatch_message,
     parse_result_key,
     payload_ref_key,
     validate_exp_id,
     validate_input_id,
     validate_session_id,
 )
-from rollout_contract.messages import SQS_MAX_INLINE_PAYLOAD_BYTES
+from rollout_contract.messages import SQS_MAX_INLINE_PAYLOAD_BYTES, validate_timeout_s
 from trainer_client._aws import AwsClients, load_descriptor, not_found_message
 from trainer_client._batch import BatchItem, iter_batch, iter_batch_async
 from trainer_client._config import DEFAULT_POLL, DEFAULT_ROLLOUT_TIMEOUT_S, DEFAULT_TRACES, PollSettings, TraceSettings
 from trainer_client._exceptions import ExperimentNotFoundError, SubmitError
 from trainer_client._future import RolloutFuture
 from trainer_client._grpo import FailurePolicy, RolloutGroup, iter_groups, iter_groups_async
-from trainer_client._journal import Journal, read_journal
+from trainer_client._journal import Journal, read_journal_entries
 from trainer_client._poller import CompletionPoller
 from trainer_client._results import ClientResult
 from trainer_client._status import ExperimentStatus, iter_results, read_status
 from trainer_client._traces import TraceReader, session_base_url
+from trainer_client._validate import check_json, check_payload
 
 if TYPE_CHECKING:
     import httpx
@@ -226,18 +228,21 @@ class RolloutClient:
 
         A request the queue refuses fails its future with :class:`SubmitError` instead of raising.
         """
-        if timeout <= 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        timeout = validate_timeout_s(timeout)
+        check_json(overrides, "_rollout overrides")
+        writer = Journal(journal) if journal is not None else None
         session_ids = session_ids or [None] * len(items)
         requests: list[DispatchRequest] = []
         for (payload, input_id), session_id in zip(items, session_ids, strict=True):
             requests.append(self._request(payload, session_id, input_id, timeout, overrides))
         futures = [self._future(request) for request in requests]
-        if journal is not None:
-            Journal(journal).record(request.key for request in requests)
-        for future in futures:
-            self._poller.register(future)
-        self._send(requests, futures)
+        self._poller.register_all(futures)
+        given = [future for future, session_id in zip(futures, session_ids, strict=True) if session_id is not None]
+        stored = self._resolve_stored(given)
+        to_send = [(r, f) for r, f in zip(requests, futures, strict=True) if f not in stored]
+        if writer is not None:
+            writer.record(request for request, _ in to_send)
+        self._send([r for r, _ in to_send], [f for _, f in to_send], writer)
         return futures
 
     def _request(
@@ -248,8 +253,7 @@ class RolloutClient:
         timeout: float,
         overrides: Mapping[str, Any],
     ) -> DispatchRequest:
-        if not isinstance(payload, Mapping):
-            raise TypeError(f"payload must be a JSON object (a dict), got {type(payload).__name__}")
+        payload = check_payload(payload)
         session_id = validate_session_id(session_id) if session_id is not None else new_session_id()
         input_id = validate_input_id(input_id) if input_id is not None else session_id
         rollout = {**self._rollout_defaults, **overrides}
@@ -259,7 +263,7 @@ class RolloutClient:
             exp_id=self.exp_id,
             input_id=input_id,
             session_id=session_id,
-            payload=dict(payload),
+            payload=payload,
             rollout=rollout,
             timeout_s=timeout,
         )
@@ -272,13 +276,22 @@ class RolloutClient:
     def _future(self, request: DispatchRequest) -> RolloutFuture:
         return RolloutFuture(request.key, self.s3_bucket, deadline_at=request.deadline_at, on_cancel=self._send_cancel)
 
-    def _send(self, requests: Sequence[DispatchRequest], futures: Sequence[RolloutFuture]) -> None:
+    def _send(
+        self,
+        requests: Sequence[DispatchRequest],
+        futures: Sequence[RolloutFuture],
+        journal: Journal | None = None,
+        bodies: Sequence[str] | None = None,
+    ) -> None:
+        """Send requests in batches, retrying refusals; what stays refused fails its future with ``SubmitError``."""
+        bodies = bodies if bodies is not None else [request.to_body() for request in requests]
         pending = {
-            request.session_id: (request.to_body(), future) for request, future in zip(requests, futures, strict=True)
+            request.session_id: (str(request.key), body, future)
+            for request, body, future in zip(requests, bodies, futures, strict=True)
         }
         for attempt in range(_SUBMIT_ATTEMPTS):
             failures: dict[str, str] = {}
-            for chunk in _chunks([(sid, body) for sid, (body, _) in pending.items()]):
+            for chunk in _chunks([(sid, body) for sid, (_, body, _) in pending.items()]):
                 try:
                     response = self._clients.sqs.send_message_batch(
                         QueueUrl=self.dispatch_queue_url,
@@ -287,15 +300,31 @@ class RolloutClient:
                 except (BotoCoreError, BotoClientError) as exc:
                     failures.update((sid, str(exc)) for sid, _ in chunk)
                     continue
+                refused = {}
                 for failure in response.get("Failed", []):
                     sid = chunk[int(failure["Id"])][0]
-                    failures[sid] = f"{failure.get('Code')}: {failure.get('Message')}"
+                    refused[sid] = f"{failure.get('Code')}: {failure.get('Message')}"
+                failures.update(refused)
+                if journal is not None:
+                    journal.mark_sent(pending[sid][0] for sid, _ in chunk if sid not in refused)
             pending = {sid: pending[sid] for sid in failures}
             if not pending:
                 return
             logger.warning("dispatch queue refused %d request(s) (attempt %d)", len(pending), attempt + 1)
-        for sid, (_, future) in pending.items():
+        if journal is not None:
+            journal.mark_refused(key for key, _, _ in pending.values())
+        for sid, (_, _, future) in pending.items():
             self._poller.fail(future, SubmitError(f"dispatch queue refused rollout {sid}: {failures[sid]}"))
+
+    def _resolve_stored(self, futures: Sequence[RolloutFuture]) -> set[RolloutFuture]:
+        """Resolve the futures whose result is already stored (e.g. a session id used before); return them."""
+        resolved = set()
+        for future, result in zip(futures, self._poller.map(self._read_stored, futures), strict=True):
+            if result is not None:
+                logger.info("rollout %s already has a stored result; resolved with it", future.result_key)
+                self._poller.resolve(future, result)
+                resolved.add(future)
+        return resolved
 
     def _send_cancel(self, future: RolloutFuture) -> None:
         request = CancelRequest(exp_id=self.exp_id, input_id=future.input_id, session_id=future.session_id)
@@ -325,17 +354,35 @@ class RolloutClient:
                 raise ValueError(f"{key} belongs to experiment {key.exp_id!r}, not {self.exp_id!r}")
             on_cancel = self._send_cancel if key.input_id else None
             futures.append(RolloutFuture(key, self.s3_bucket, on_cancel=on_cancel))
-        for future in futures:
-            self._poller.register(future)
-        stored = [future for future in futures if future.input_id]
-        for future, result in zip(stored, self._poller.map(self._read_stored, stored), strict=True):
-            if result is not None:
-                self._poller.resolve(future, result)
+        self._poller.register_all(futures, finished_ok=True)
+        self._resolve_stored([future for future in futures if future.input_id])
         return futures
 
     def attach_journal(self, path: str | Path) -> list[RolloutFuture]:
-        """:meth:`attach` every rollout recorded in a journal file written by ``run_batch`` or ``eval``."""
-        return self.attach(read_journal(path))
+        """:meth:`attach` every rollout recorded in a journal written by ``submit``, ``run_batch`` or ``eval``.
+
+        Requests the journal does not show as sent are sent again (the dispatcher starts a rollout at most
+        once, so resending one that did arrive changes nothing); those the queue refused fail at once with
+        :class:`SubmitError`.
+        """
+        entries = read_journal_entries(path)
+        futures = self.attach(entry.key for entry in entries)
+        unsent: list[tuple[DispatchRequest, str, RolloutFuture]] = []
+        for entry, future in zip(entries, futures, strict=True):
+            if future.done():
+                continue
+            if entry.refused:
+                self._poller.fail(future, SubmitError(f"the dispatch queue refused rollout {future.session_id}"))
+            elif not entry.sent and entry.request is not None:
+                request = parse_dispatch_message(entry.request)
+                if isinstance(request, DispatchRequest):
+                    future.deadline_at = request.deadline_at
+                    unsent.append((request, entry.request, future))
+        if unsent:
+            logger.warning("journal %s: resending %d request(s) not known to be sent", path, len(unsent))
+            journal = Journal(path)
+            self._send([r for r, _, _ in unsent], [f for _, _, f in unsent], journal, [b for _, b, _ in unsent])
+        return futures
 
     def _read_stored(self, future: RolloutFuture) -> ClientResult | None:
         try:

@@ -22,6 +22,8 @@ class PollSettings(NamedTuple):
             trainers on one experiment do not spin handing messages back and forth.
         deadline_grace_s: how long after a rollout's deadline a batch still waits for the sweeper's
             ``timed_out`` result before failing the item locally.
+        unavailable_after_s: how long the completion queue or the results bucket may stay unreachable
+            before pending futures fail with ``StoreUnavailableError``.
     """
 
     wait_time_s: int = 20
@@ -30,6 +32,7 @@ class PollSettings(NamedTuple):
     remember: int = 1 << 17
     idle_backoff_s: float = 0.2
     deadline_grace_s: float = 180.0
+    unavailable_after_s: float = 120.0
 
 
 class TraceSettings(NamedTuple):

@@ -4,6 +4,8 @@
     - ClientError: the client cannot do what was asked.
         - ExperimentNotFoundError
         - ClientClosedError
+        - DuplicateSessionError (also a ValueError): a session id this client already used.
+    - StoreUnavailableError: the queues or the bucket could not be reached for too long.
     - DispatchError: the rollout did not start.
         - SubmitError: the dispatch queue refused the request.
         - DispatchFailedError: status ``dispatch_failed``.
@@ -28,10 +30,12 @@ __all__ = [
     "ClientError",
     "DispatchError",
     "DispatchFailedError",
+    "DuplicateSessionError",
     "ExperimentNotFoundError",
     "RolloutCancelledError",
     "RolloutError",
     "RolloutTimeoutError",
+    "StoreUnavailableError",
     "SubmitError",
 ]
 
@@ -78,3 +82,11 @@ class RolloutTimeoutError(RolloutError):
 
 class RolloutCancelledError(RolloutError):
     """The rollout was cancelled (status ``cancelled``)."""
+
+
+class DuplicateSessionError(ClientError, ValueError):
+    """A session id this client already has pending or finished; each rollout needs its own."""
+
+
+class StoreUnavailableError(RolloutError):
+    """The completion queue or the results bucket could not be reached for longer than allowed."""

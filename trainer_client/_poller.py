@@ -6,14 +6,19 @@ future and deletes the messages in batches. Events for rollouts this process fin
 duplicates and are deleted. Events for rollouts it does not own belong to another trainer process
 (or to a later ``attach``): they are handed back at once (visibility 0), never deleted. The poller
 receives only while it owns pending futures, so an idle client takes nothing from the queue.
+
+When the queue or the bucket cannot be reached (an outage, revoked credentials, a stopped local stack),
+the poller says so once, backs off (1 s doubling to 30 s) and, after ``unavailable_after_s``, fails the
+pending futures with :class:`StoreUnavailableError` instead of leaving them waiting forever.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import InvalidStateError, ThreadPoolExecutor
 from typing import Any
 
@@ -23,7 +28,7 @@ from pydantic import ValidationError
 
 from rollout_contract import InvalidIdError, NotAnObjectCreatedEventError, ObjectCreated, parse_object_created
 from trainer_client._config import PollSettings
-from trainer_client._exceptions import ClientClosedError, RolloutError
+from trainer_client._exceptions import ClientClosedError, DuplicateSessionError, RolloutError, StoreUnavailableError
 from trainer_client._future import RolloutFuture
 from trainer_client._results import ClientResult
 
@@ -34,6 +39,7 @@ logger = logging.getLogger("trainer_client")
 Loader = Callable[[ObjectCreated], ClientResult]
 _AWS_ERRORS = (BotoCoreError, BotoClientError)
 _RETRY_PAUSE_S = 1.0
+_MAX_RETRY_PAUSE_S = 30.0
 
 
 class CompletionPoller:
@@ -58,6 +64,9 @@ class CompletionPoller:
         self._cond = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._failing_since: float | None = None
+        self._backoff_s = _RETRY_PAUSE_S
+        self._load_failed = False
         self._fetchers = ThreadPoolExecutor(settings.fetch_workers, thread_name_prefix=f"{name}-fetch")
 
     @property
@@ -65,17 +74,43 @@ class CompletionPoller:
         """How many futures wait for a result."""
         return len(self._pending)
 
-    def register(self, future: RolloutFuture) -> None:
-        """Own ``future``: resolve it when its result event arrives."""
+    def register_all(self, futures: Sequence[RolloutFuture], *, finished_ok: bool = False) -> None:
+        """Own ``futures``: resolve each when its result event arrives.
+
+        Args:
+            futures: futures with distinct session ids.
+            finished_ok: accept session ids whose futures this poller already finished (``attach`` reads a
+                stored result again); a session id still pending is refused either way.
+
+        Raises:
+            DuplicateSessionError: a session id appears twice, is pending, or (unless ``finished_ok``) finished.
+            ClientClosedError: the client is closed.
+        """
         with self._cond:
             if self._closed:
                 raise ClientClosedError("the client is closed; create a new one to submit or attach rollouts")
-            self._pending[future.session_id] = future
+            seen: set[str] = set()
+            for future in futures:
+                session_id = future.session_id
+                if session_id in seen or session_id in self._pending:
+                    raise DuplicateSessionError(
+                        f"session id {session_id} is already pending in this client; give every rollout its own "
+                        "session id (or none: a new one is generated)"
+                    )
+                if not finished_ok and session_id in self._finished:
+                    raise DuplicateSessionError(
+                        f"session id {session_id} was used by a rollout of this client that ended; give every "
+                        "rollout its own session id, or read the stored result with client.attach"
+                    )
+                seen.add(session_id)
+            for future in futures:
+                self._pending[future.session_id] = future
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
             self._cond.notify()
-        future.add_done_callback(self._forget)
+        for future in futures:
+            future.add_done_callback(self._forget)
 
     def resolve(self, future: RolloutFuture, result: ClientResult) -> None:
         """Resolve ``future`` with ``result`` unless it is already done (cancelled, or a duplicate)."""
@@ -126,15 +161,62 @@ class CompletionPoller:
                     self._cond.wait()
                 if self._closed:
                     return
+            self._load_failed = False
             try:
                 messages = self._receive()
                 owned = self.handle(messages)
-            except _AWS_ERRORS:
-                logger.exception("completion poller: receive failed on %s; retrying", self._queue_url)
-                self._pause(_RETRY_PAUSE_S)
+            except _AWS_ERRORS as exc:
+                self._store_failed(exc)
                 continue
+            if self._load_failed:
+                self._store_failed(None)
+                continue
+            self._store_reachable()
             if messages and not owned:
                 self._pause(self._settings.idle_backoff_s)
+
+    def _store_failed(self, exc: BaseException | None) -> None:
+        """Back off after a failed receive or read; past ``unavailable_after_s``, fail what is pending."""
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+            self._backoff_s = _RETRY_PAUSE_S
+            cause = f"{type(exc).__name__}: {exc}" if exc is not None else "a result object could not be read"
+            logger.warning(
+                "completion poller: cannot reach the completion queue or the results bucket (%s); retrying with "
+                "backoff, pending rollouts fail if this lasts %.0f s",
+                cause,
+                self._settings.unavailable_after_s,
+            )
+        else:
+            self._backoff_s = min(_MAX_RETRY_PAUSE_S, self._backoff_s * 2)
+        down_s = now - self._failing_since
+        if down_s >= self._settings.unavailable_after_s:
+            with self._cond:
+                pending = list(self._pending.values())
+            if pending:
+                logger.error(
+                    "completion poller: store unreachable for %.0f s; failing %d pending rollout(s)",
+                    down_s,
+                    len(pending),
+                )
+            for future in pending:
+                self.fail(
+                    future,
+                    StoreUnavailableError(
+                        f"no result for rollout {future.session_id}: the completion queue or results bucket was "
+                        f"unreachable for {down_s:.0f} s (is the stack or the network down, or were the "
+                        "credentials revoked?); once it is back, client.attach collects stored results"
+                    ),
+                )
+        self._pause(self._backoff_s)
+
+    def _store_reachable(self) -> None:
+        if self._failing_since is not None:
+            logger.warning(
+                "completion poller: the store is reachable again after %.0f s", time.monotonic() - self._failing_since
+            )
+            self._failing_since = None
 
     def _pause(self, seconds: float) -> None:
         with self._cond:
@@ -184,8 +266,9 @@ class CompletionPoller:
         _, future, event = item
         try:
             result = self._load(event)
-        except _AWS_ERRORS:
-            logger.exception("completion poller: could not read %s; the event will be retried", event.key)
+        except _AWS_ERRORS as exc:
+            logger.debug("completion poller: could not read %s (%s); the event will be retried", event.key, exc)
+            self._load_failed = True
             return False
         except ValidationError as exc:
             self.fail(future, RolloutError(f"result object {event.key} is not a valid rollout result: {exc}"))

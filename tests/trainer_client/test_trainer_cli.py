@@ -11,6 +11,7 @@ import pytest
 
 from rollout_contract import ExperimentResources
 from rollout_contract.sessions import ATTR_DEADLINE_AT, ATTR_INFLIGHT, ATTR_SESSION_ID, INFLIGHT_MARK
+from trainer_client import read_journal
 from trainer_client._cli import build_parser, main
 
 
@@ -64,7 +65,7 @@ def test_eval_runs_a_dataset_and_writes_one_result_per_row(descriptor, backend, 
     ]
     assert code == 1
     assert "4/4" in capsys.readouterr().err
-    assert len((tmp_path / "j.jsonl").read_text().splitlines()) == 4
+    assert len(read_journal(tmp_path / "j.jsonl")) == 4
 
 
 def test_status_shows_queue_depths_rollouts_in_flight_and_recent_results(descriptor, client, backend, capsys):
