@@ -11,13 +11,16 @@ of its rollout (its TTL is 7 days after the deadline or the end; the dispatch qu
 
 What cannot happen now goes back to the queue with a delay (:class:`~lambdas.exceptions.RequeueError`):
 no free session slot, the invoke budget reserved beyond the wait allowed, or a retryable ACR error.
-Final ACR errors, exhausted attempts and payloads that cannot be read end the rollout as a
-``dispatch_failed`` result; a start message past its deadline ends it as ``timed_out``. Either way the
-trainer hears of it through the completion queue, and the finisher frees the slot.
+Final ACR errors, exhausted attempts, payloads that cannot be read or used, and start messages that
+do not parse but name a rollout of this experiment end the rollout as a ``dispatch_failed`` result that
+says why (a message that names no rollout goes to the dead-letter queue); a start message past its
+deadline ends it as ``timed_out``. Either way the trainer hears of it through the completion queue, and
+the finisher frees the slot.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import uuid
 from enum import StrEnum
@@ -34,6 +37,8 @@ from lambdas.ledger import Admission, Recorded
 from lambdas.observability import add_metric, emit_with_dimension, logger
 from lambdas.runtime import current_runtime
 from rollout_contract import metrics as names
+from rollout_contract.ids import validate_exp_id, validate_input_id, validate_session_id
+from rollout_contract.keys import ResultKey
 from rollout_contract.messages import CancelRequest, DispatchRequest, parse_dispatch_message
 from rollout_contract.results import ROLLOUT_FIELD, ErrorInfo, RolloutResult, Status, Timings
 from rollout_contract.sessions import SessionState
@@ -250,11 +255,17 @@ def _end(
 
 
 def _payload(request: DispatchRequest, rt: Runtime) -> dict[str, Any]:
+    """The agent payload (inline or parked); ``ValueError`` when the agent could not be invoked with it."""
     if request.payload is not None:
-        return request.payload
-    if request.payload_ref is None:
+        payload = request.payload
+    elif request.payload_ref is None:
         raise ValueError("the dispatch request has neither payload nor payload_ref; give exactly one")
-    return rt.store.read_payload(request.payload_ref)
+    else:
+        payload = rt.store.read_payload(request.payload_ref)
+    block = payload.get(ROLLOUT_FIELD)
+    if block is not None and not isinstance(block, dict):
+        raise ValueError(f"payload field {ROLLOUT_FIELD!r} must be an object, got {type(block).__name__}")
+    return payload
 
 
 def _payload_error(request: DispatchRequest, exc: ClientError | ValueError) -> ErrorInfo:
@@ -264,6 +275,45 @@ def _payload_error(request: DispatchRequest, exc: ClientError | ValueError) -> E
             raise exc
         return ErrorInfo(type="PayloadNotFound", message=f"no payload at s3 key {request.payload_ref}")
     return ErrorInfo(type="InvalidPayload", message=str(exc))
+
+
+def _start_key(body: str, rt: Runtime) -> ResultKey | None:
+    """The rollout a malformed start message is about, if its ids are usable and name this experiment."""
+    try:
+        fields = json.loads(body)
+        if not isinstance(fields, dict) or fields.get("kind", "start") != "start":
+            return None
+        key = ResultKey(
+            validate_exp_id(fields["exp_id"]),
+            validate_input_id(fields["input_id"]),
+            validate_session_id(fields["session_id"]),
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+    return key if key.exp_id == rt.settings.exp_id else None
+
+
+def _end_unusable(key: ResultKey, exc: ValidationError, rt: Runtime) -> DispatchOutcome:
+    """End the rollout of a start message the dispatcher cannot use as ``dispatch_failed``, saying why."""
+    reasons = "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or 'message'}: {error['msg']}"
+        for error in exc.errors(include_input=False, include_url=False)
+    )
+    error = ErrorInfo(type="InvalidDispatchRequest", message=f"the dispatch request is unusable: {reasons}"[:1000])
+    result = RolloutResult.terminal(
+        Status.DISPATCH_FAILED,
+        key=key,
+        s3_bucket=rt.settings.results_bucket,
+        error=error,
+        timings=Timings(finished_at=rt.clock()),
+    )
+    stored = rt.store.write_first(result)
+    add_metric(names.DEAD_LETTERED, 1)
+    logger.error(
+        "unusable start message: rollout ended as dispatch_failed",
+        extra={"session_id": key.session_id, "reason": error.message, "written": stored.written},
+    )
+    return DispatchOutcome.FAILED
 
 
 #: What :func:`record_handler` returns for a message it moved to the dead-letter queue.
@@ -276,7 +326,11 @@ def record_handler(record: SQSRecord) -> str:
     try:
         message = parse_dispatch_message(record.body)
     except ValidationError as exc:
-        # No retry can fix it: move it to the dead-letter queue now instead of after 1,000 receives.
+        key = _start_key(record.body, rt)
+        if key is not None:
+            return _end_unusable(key, exc, rt).value
+        # No retry can fix it, and no rollout can be named: move it to the dead-letter queue now instead of
+        # after 1,000 receives.
         dead_letter_url = rt.resources.dispatch_queue.dlq_url(rt.settings.dispatch_queue_url)
         rt.clients.sqs.send_message(QueueUrl=dead_letter_url, MessageBody=record.body)
         add_metric(names.DEAD_LETTERED, 1)

@@ -440,3 +440,54 @@ def test_cancel_of_a_started_rollout_keeps_its_timings_in_the_result(env: Env) -
     timings = env.rt.store.read(request.key).timings
     assert (timings.submitted_at, timings.dispatched_at) == (request.submitted_at, dispatched_at)
     assert dispatched_at is not None
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"timeout_s": None}, "timeout_s"),
+        ({"timeout_s": "Infinity"}, "timeout_s"),
+        ({"payload": "not an object"}, "payload"),
+        ({"submitted_at": "yesterday"}, "submitted_at"),
+    ],
+)
+def test_unusable_start_message_of_a_known_rollout_ends_it_as_dispatch_failed_at_once(env: Env, change, reason) -> None:
+    # GIVEN a start message with valid ids but a field the dispatcher cannot use
+    request = env.start_request()
+    body = json.dumps({**json.loads(request.to_body()), **change})
+    messages = send_and_receive(env, body)
+
+    # WHEN the handler runs
+    response = dispatcher.handler(sqs_event(messages), None)
+
+    # THEN the rollout ends at once as dispatch_failed, the result naming the field; nothing is retried
+    assert failed_ids(response) == set()
+    result = env.rt.store.read(request.key)
+    assert result.status is Status.DISPATCH_FAILED
+    assert result.error.type == "InvalidDispatchRequest"
+    assert reason in result.error.message
+    assert env.acr.calls_of(INVOKE) == []
+    assert env.receive(env.dispatch_dlq_url) == []
+
+
+def test_unusable_start_message_of_another_experiment_goes_to_the_dead_letter_queue(env: Env) -> None:
+    request = env.start_request()
+    body = json.dumps({**json.loads(request.to_body()), "exp_id": "other-exp", "timeout_s": None})
+    messages = send_and_receive(env, body)
+    assert failed_ids(dispatcher.handler(sqs_event(messages), None)) == set()
+    assert [m["Body"] for m in env.receive(env.dispatch_dlq_url)] == [body]
+
+
+def test_payload_whose_rollout_block_is_not_an_object_ends_as_dispatch_failed_without_invoking(env: Env) -> None:
+    # GIVEN a payload whose _rollout is a string
+    request = env.start_request(payload={"prompt": "2+2", ROLLOUT_FIELD: "oops"})
+
+    # WHEN it is dispatched
+    outcome = dispatch(request, receive_count=1, rt=env.rt)
+
+    # THEN it ends at once as dispatch_failed saying why, and holds no slot
+    assert outcome is DispatchOutcome.FAILED
+    assert env.acr.calls_of(INVOKE) == []
+    result = env.rt.store.read(request.key)
+    assert (result.error.type, ROLLOUT_FIELD in result.error.message) == ("InvalidPayload", True)
+    assert env.rt.ledger.slots_held() == (0, 0)
