@@ -1,0 +1,216 @@
+"""A ``RolloutSession`` for agentcore-rl-toolkit (ART) 0.2.0's own loops: completion by event through our stack.
+
+ART's verl agent loop, its experimental verl loop and its slime rollout build one session per rollout with
+``rollout_session.factory.make_session(session_id, cfg, state)``, where ``cfg["backend"]`` is a class's
+dotted path and the other keys are its constructor's. Selecting this class puts our dispatcher (shared
+invoke and session budgets), result events (no S3 or HTTP polling) and typed statuses under those loops
+unchanged::
+
+    rollout_session_backend:
+      backend: trainer_client.backends.art.AgentCoreEventsSession
+      experiment: NAME        # our experiment (its descriptor in SSM)
+      timeout_s: 1800         # each rollout's server-side deadline (optional)
+      region: us-west-2       # optional (default: boto3's)
+
+The agent is an ``agent_app`` (or ART ``AgentCoreRLApp``) ``@rollout_entrypoint``. ``run(task)`` takes
+either task shape ART's loops build:
+
+- ``{**payload, "_config": {"base_url", "model_id", "api_key"}}`` (the verl and slime loops): the agent
+  gets ``payload``, and ``_config`` becomes its ``_rollout`` fields;
+- ``{"payload", "group_id", "llm": {"base_url", "model", "api_key"}}`` (the experimental verl loop):
+  ``group_id`` is the result's ``input_id``, ``llm`` becomes ``_rollout`` (``model`` without its
+  ``provider/`` prefix).
+
+The dump: ``task_output`` is the stored result plus a scalar ``reward`` (what ART's loops read),
+``reward`` the scalar reward, ``metrics`` the numeric entries of the agent's ``metrics``, ``exception`` the
+status and error of any status but ``succeeded``. ``shutdown`` cancels a rollout still running (ART's
+loops leave the session on their own timeout); a finished one's session was already stopped by the finisher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from agentcore_rl_toolkit.aws_tools.persistent_dict import PersistentDict
+from agentcore_rl_toolkit.rollout_session.errors import RolloutContractError
+from agentcore_rl_toolkit.rollout_session.lifecycle import RolloutSession
+from agentcore_rl_toolkit.rollout_session.wire import RolloutDumpResponse
+
+from rollout_contract import validate_session_id
+from trainer_client._client import RolloutClient
+from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S
+from trainer_client._exceptions import RolloutError
+from trainer_client._future import RolloutFuture
+from trainer_client._results import ClientResult
+from trainer_client.backends._rollouts import group_input_id, wait_for_result
+
+__all__ = ["AgentCoreEventsSession", "reset_clients", "to_dump"]
+
+logger = logging.getLogger("trainer_client.backends.art")
+
+# ART builds a session per rollout; the client (its poller thread, its connections) is per process and
+# experiment. ART's loops run sessions on one event loop, but a process may hold several loops.
+_CLIENTS: dict[tuple[str, str | None], RolloutClient] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _client(experiment: str, region: str | None) -> RolloutClient:
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get((experiment, region))
+        if client is None:
+            # The token gateway is ART's: base_url comes with each task, never a session of ours.
+            client = RolloutClient.for_experiment(experiment, region=region, gateway_url=None)
+            _CLIENTS[(experiment, region)] = client
+        return client
+
+
+def reset_clients() -> None:
+    """Close and forget every process-wide client (tests; a process that switches experiments)."""
+    with _CLIENTS_LOCK:
+        clients = list(_CLIENTS.values())
+        _CLIENTS.clear()
+    for client in clients:
+        client.close()
+
+
+class AgentCoreEventsSession(RolloutSession):
+    """One rollout on our stack, behind ART's ``setup`` / ``run`` / ``shutdown`` (see the module docstring).
+
+    Args:
+        session_id: the rollout's session id, chosen by ART's loop (a uuid4); 33-256 key-safe characters.
+        session_state: ART's per-rollout record; gets ``exp_id``, ``result_key`` and ``result_s3_bucket``.
+        experiment: our experiment's name.
+        timeout_s: the rollout's deadline; at it the sweeper ends the rollout as ``timed_out``.
+        region: AWS region of the experiment's descriptor (default: boto3's).
+
+    Raises:
+        ValueError: a session id ACR or our result keys refuse.
+        ExperimentNotFoundError: no such experiment.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        session_state: PersistentDict,
+        *,
+        experiment: str,
+        timeout_s: float = DEFAULT_ROLLOUT_TIMEOUT_S,
+        region: str | None = None,
+    ) -> None:
+        self.session_id = validate_session_id(session_id)
+        self.session_state = session_state
+        self.timeout_s = timeout_s
+        self._client = _client(experiment, region)
+        self._future: RolloutFuture | None = None
+
+    async def __aenter__(self) -> AgentCoreEventsSession:
+        return self
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        await self.shutdown()
+
+    async def setup(self, task: dict) -> None:
+        """Nothing to prepare: the dispatcher starts the ACR session within the shared session budget."""
+
+    async def run(self, task: dict) -> RolloutDumpResponse:
+        """Run the rollout and return its dump once its result event arrives.
+
+        Raises:
+            RolloutContractError: a task whose ``payload`` is not a dict (every rollout of the run would fail).
+            SubmitError: the dispatch queue refused the rollout.
+            TimeoutError: no result, not even the sweeper's ``timed_out``, long after the deadline.
+        """
+        payload, group, rollout = _request(task)
+        input_id = group_input_id(group) if group is not None else None
+        client = self._client
+        (future,) = await asyncio.to_thread(
+            client.submit, [(payload, input_id)], session_ids=[self.session_id], timeout=self.timeout_s, **rollout
+        )
+        self._future = future
+        await self.session_state.update(
+            {"exp_id": client.exp_id, "result_key": future.result_key, "result_s3_bucket": client.s3_bucket}
+        )
+        result = await wait_for_result(future, client.poll_settings.deadline_grace_s)
+        if result is None:
+            raise TimeoutError(
+                f"no result for rollout {self.session_id} by its deadline ({self.timeout_s:.0f} s) plus grace"
+            )
+        return to_dump(result)
+
+    async def shutdown(self) -> None:
+        """Cancel the rollout if it is still running. Idempotent; never raises (teardown keeps the real error)."""
+        future, self._future = self._future, None
+        if future is None or future.done():
+            return
+        try:
+            await asyncio.to_thread(future.cancel)
+        except RolloutError as exc:
+            logger.warning("could not cancel rollout %s: %s", self.session_id, exc)
+
+
+def to_dump(result: ClientResult) -> RolloutDumpResponse:
+    """ART's dump of one terminal result (see the module docstring)."""
+    reward = _reward(result) if result.ok else None
+    output = {**result.model_dump(mode="json", exclude={"token_traces"}), "reward": reward}
+    exception = None
+    if not result.ok:
+        detail = result.error.message if result.error else result.stop_reason
+        exception = f"rollout {result.session_id} ended {result.status.value}: {detail}"
+        if result.error is not None and result.error.traceback:
+            exception = f"{result.error.traceback.rstrip()}\n{exception}"  # ART shows the last line
+    metrics = result.user_fields.get("metrics")
+    return RolloutDumpResponse(
+        metrics=_numeric(metrics) if isinstance(metrics, Mapping) else {},
+        task_output=output,
+        reward=reward,
+        exception=exception,
+    )
+
+
+def _reward(result: ClientResult) -> float | None:
+    """``rewards`` (ART's agent convention, last element of a list), else the agent's scalar ``reward`` field."""
+    if result.rewards is not None:
+        return result.reward
+    value = result.user_fields.get("reward")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise RolloutContractError(f"the agent returned a reward that is not a finite number: reward={value!r}")
+    return float(value)
+
+
+def _numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
+    return {str(k): float(v) for k, v in metrics.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+def _request(task: Mapping[str, Any]) -> tuple[dict[str, Any], object | None, dict[str, Any]]:
+    """``(payload, group, _rollout fields)`` from either of ART's task shapes."""
+    if "_config" in task:
+        config = task["_config"] or {}
+        payload = {name: value for name, value in task.items() if name != "_config"}
+        rollout = {name: config.get(name) for name in ("base_url", "model_id", "api_key")}
+        return payload, None, _present(rollout)
+    if "payload" in task:
+        payload = task["payload"]
+        if not isinstance(payload, dict):
+            raise RolloutContractError(
+                f"the task's `payload` must be the agent's payload (a dict), got {type(payload).__name__}"
+            )
+        llm = task.get("llm") or {}
+        model = llm.get("model")
+        rollout = {
+            "base_url": llm.get("base_url"),
+            "model_id": str(model).split("/")[-1] if model else None,
+            "api_key": llm.get("api_key"),
+        }
+        return payload, task.get("group_id"), _present(rollout)
+    return dict(task), None, {}
+
+
+def _present(fields: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in fields.items() if value is not None}
