@@ -4,8 +4,10 @@
   ``run_batch_async`` -> :class:`BatchItem`, ``run_groups`` / ``run_groups_async`` -> :class:`RolloutGroup`,
   ``attach`` / ``attach_journal`` to collect an earlier process's rollouts, ``for_experiment(name)``.
 - :class:`ClientResult`: the stored result plus token traces (:class:`TokenTrace`) and ``raise_for_status()``.
-- Errors: :class:`RolloutError` and its families (see ``trainer_client._exceptions``).
-- Settings: :class:`PollSettings`, :class:`TraceSettings`.
+- Errors: :class:`RolloutError` and its families (see ``trainer_client._exceptions``); botocore errors
+  arrive wrapped (:class:`AwsError`, :class:`SubmitError`).
+- Settings: :class:`PollSettings`, :class:`TraceSettings`; :class:`RolloutOptions` names the keywords
+  that set ``_rollout`` fields (unknown keywords are a ``TypeError``; other fields go in ``rollout_config``).
 - The ``rollouts`` CLI: ``trainer_client._cli:main``.
 
 Differences from agentcore-rl-toolkit (ART), same names otherwise:
@@ -25,16 +27,17 @@ Differences from agentcore-rl-toolkit (ART), same names otherwise:
 from trainer_client._aws import AwsClients
 from trainer_client._batch import BatchItem
 from trainer_client._client import RolloutClient
-from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S, PollSettings, TraceSettings
+from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S, PollSettings, RolloutOptions, TraceSettings
 from trainer_client._exceptions import (
     AgentError,
+    AwsError,
     ClientClosedError,
-    ClientError,
     DispatchError,
     DispatchFailedError,
     DuplicateSessionError,
     ExperimentNotFoundError,
     RolloutCancelledError,
+    RolloutClientError,
     RolloutError,
     RolloutTimeoutError,
     StoreUnavailableError,
@@ -49,9 +52,9 @@ from trainer_client._status import ExperimentStatus, QueueDepth
 __all__ = [
     "AgentError",
     "AwsClients",
+    "AwsError",
     "BatchItem",
     "ClientClosedError",
-    "ClientError",
     "ClientResult",
     "DEFAULT_ROLLOUT_TIMEOUT_S",
     "DispatchError",
@@ -65,9 +68,11 @@ __all__ = [
     "QueueDepth",
     "RolloutCancelledError",
     "RolloutClient",
+    "RolloutClientError",
     "RolloutError",
     "RolloutFuture",
     "RolloutGroup",
+    "RolloutOptions",
     "RolloutTimeoutError",
     "StoreUnavailableError",
     "SubmitError",

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import BotoCoreError
 from botocore.exceptions import ClientError as BotoClientError
 
 from rollout_contract import ExperimentDescriptor, ExperimentResources
-from trainer_client._exceptions import ExperimentNotFoundError
+from trainer_client._exceptions import AwsError, ExperimentNotFoundError
 
-__all__ = ["AwsClients", "load_descriptor", "not_found_message"]
+__all__ = ["AwsClients", "aws_call", "error_code", "load_descriptor", "not_found_message"]
 
 
 class AwsClients(NamedTuple):
@@ -45,6 +47,25 @@ class AwsClients(NamedTuple):
         )
 
 
+def error_code(exc: BotoClientError) -> str:
+    """AWS's error code of a botocore ``ClientError`` (``""`` when the response has none)."""
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+@contextmanager
+def aws_call(what: str) -> Iterator[None]:
+    """Turn botocore errors raised inside the block into :class:`AwsError` saying ``what`` failed.
+
+    Public methods wrap their AWS calls in this, so callers catch one error tree (``RolloutError``).
+    """
+    try:
+        yield
+    except BotoClientError as exc:
+        raise AwsError(f"{what} failed: {exc}", code=error_code(exc)) from exc
+    except BotoCoreError as exc:
+        raise AwsError(f"{what} failed: {exc}") from exc
+
+
 def not_found_message(exp_id: str, what: str) -> str:
     """Say that experiment ``exp_id`` is missing and how to create it."""
     return (
@@ -58,13 +79,15 @@ def load_descriptor(exp_id: str, *, region: str | None = None, ssm: Any = None) 
 
     Raises:
         ExperimentNotFoundError: the parameter does not exist.
+        AwsError: SSM could not be read.
     """
     parameter = ExperimentResources.for_experiment(exp_id).descriptor_parameter
     ssm = ssm or boto3.session.Session(region_name=region).client("ssm")
     try:
-        value = ssm.get_parameter(Name=parameter)["Parameter"]["Value"]
-    except BotoClientError as exc:
-        if exc.response.get("Error", {}).get("Code") == "ParameterNotFound":
+        with aws_call(f"reading the descriptor of experiment {exp_id!r}"):
+            value = ssm.get_parameter(Name=parameter)["Parameter"]["Value"]
+    except AwsError as exc:
+        if exc.code == "ParameterNotFound":
             raise ExperimentNotFoundError(not_found_message(exp_id, f"no SSM parameter {parameter}")) from exc
         raise
     return ExperimentDescriptor.model_validate_json(value)

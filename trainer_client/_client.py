@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError
 from botocore.exceptions import ClientError as BotoClientError
+from typing_extensions import Unpack
 
 from rollout_contract import (
     CancelRequest,
@@ -29,10 +30,18 @@ from rollout_contract import (
     validate_session_id,
 )
 from rollout_contract.messages import SQS_MAX_INLINE_PAYLOAD_BYTES, validate_timeout_s
-from trainer_client._aws import AwsClients, load_descriptor, not_found_message
+from trainer_client._aws import AwsClients, aws_call, load_descriptor, not_found_message
 from trainer_client._batch import BatchItem, iter_batch, iter_batch_async
-from trainer_client._config import DEFAULT_POLL, DEFAULT_ROLLOUT_TIMEOUT_S, DEFAULT_TRACES, PollSettings, TraceSettings
-from trainer_client._exceptions import ExperimentNotFoundError, SubmitError
+from trainer_client._config import (
+    DEFAULT_POLL,
+    DEFAULT_ROLLOUT_TIMEOUT_S,
+    DEFAULT_TRACES,
+    PollSettings,
+    RolloutOptions,
+    TraceSettings,
+    rollout_fields,
+)
+from trainer_client._exceptions import AwsError, ExperimentNotFoundError, SubmitError
 from trainer_client._future import RolloutFuture
 from trainer_client._grpo import FailurePolicy, RolloutGroup, iter_groups, iter_groups_async
 from trainer_client._journal import Journal, read_journal_entries
@@ -57,10 +66,11 @@ _SUBMIT_ATTEMPTS = 3
 class RolloutClient:
     """Submit rollouts to one experiment and receive their results through its completion queue.
 
-    ART's constructor works unchanged. ``agent_runtime_arn`` is informational (the dispatcher Lambda
-    invokes the runtime), ``tps_limit`` has no effect (the dispatcher enforces one invoke budget for
-    every trainer), ``max_retry_attempts`` and ``max_pool_connections`` configure botocore. Everything in
-    ``extra_config`` (``sampling_params``, ``api_key``, ...) goes into each payload's ``_rollout``.
+    ART's constructor works unchanged for ART's named fields. ``agent_runtime_arn`` is informational (the
+    dispatcher Lambda invokes the runtime), ``tps_limit`` has no effect (the dispatcher enforces one invoke
+    budget for every trainer), ``max_retry_attempts`` and ``max_pool_connections`` configure botocore.
+    ``sampling_params``, ``api_key`` and the mapping ``rollout_config`` go into each payload's ``_rollout``;
+    any other keyword is a ``TypeError`` (ART forwarded it silently).
 
     Args:
         agent_runtime_arn: the experiment's AgentCore runtime.
@@ -81,7 +91,13 @@ class RolloutClient:
         poll: completion poller settings.
         traces: trace reading settings.
         gateway_transport: an ``httpx`` transport for the gateway (tests).
-        **extra_config: more ``_rollout`` fields.
+        **extra_config: ``sampling_params``, ``api_key``, ``rollout_config`` (see :class:`RolloutOptions`).
+
+    Raises:
+        TypeError: an unknown keyword.
+        rollout_contract.InvalidIdError: an ``exp_id`` the contract refuses (the message names the rule).
+        ExperimentNotFoundError: the experiment's queues do not exist.
+        AwsError: looking the queues up failed otherwise.
     """
 
     def __init__(
@@ -104,8 +120,9 @@ class RolloutClient:
         poll: PollSettings = DEFAULT_POLL,
         traces: TraceSettings = DEFAULT_TRACES,
         gateway_transport: httpx.BaseTransport | None = None,
-        **extra_config: Any,
+        **extra_config: Unpack[RolloutOptions],
     ) -> None:
+        rollout = rollout_fields({"base_url": base_url, "model_id": model_id, **extra_config}, "RolloutClient()")
         self.exp_id = validate_exp_id(exp_id)
         self.agent_runtime_arn = agent_runtime_arn
         self.s3_bucket = s3_bucket
@@ -120,8 +137,7 @@ class RolloutClient:
         self.dispatch_queue_url = dispatch_queue_url or self._queue_url(self.resources.dispatch_queue.name)
         self.completion_queue_url = completion_queue_url or self._queue_url(self.resources.completion_queue.name)
         self.gateway_url = gateway_url
-        rollout = {"base_url": base_url, "model_id": model_id, **extra_config}
-        self._rollout_defaults = {name: value for name, value in rollout.items() if value is not None}
+        self._rollout_defaults = rollout
         self._traces = TraceReader(gateway_url, traces, transport=gateway_transport) if gateway_url else None
         self._poller = CompletionPoller(
             self._clients.sqs, self.completion_queue_url, self._load_event, poll, name=f"rollouts-poller-{exp_id}"
@@ -176,7 +192,7 @@ class RolloutClient:
         session_id: str | None = None,
         input_id: str | None = None,
         timeout: float = DEFAULT_ROLLOUT_TIMEOUT_S,
-        **overrides: Any,
+        **overrides: Unpack[RolloutOptions],
     ) -> RolloutFuture:
         """Start one rollout and return its future at once.
 
@@ -185,11 +201,15 @@ class RolloutClient:
             session_id: the rollout id (default: a new uuid4); 33-256 key-safe characters.
             input_id: the group (prompt) id (default: the session id, a group of one).
             timeout: seconds the rollout may run; after that the sweeper ends it as ``timed_out``.
-            **overrides: ``_rollout`` fields for this rollout only (``sampling_params``, ...).
+            **overrides: ``_rollout`` fields for this rollout only: ``base_url``, ``model_id``,
+                ``sampling_params``, ``api_key``, and any others in the mapping ``rollout_config``.
 
         Raises:
-            SubmitError: the dispatch queue did not accept the request.
-            rollout_contract.InvalidIdError: a bad ``session_id`` or ``input_id``.
+            SubmitError: the dispatch queue did not accept the request, or a payload too large for a
+                message could not be uploaded to S3.
+            rollout_contract.InvalidIdError: a ``session_id`` or ``input_id`` the contract refuses, before
+                anything is sent (the message names the rule).
+            TypeError: an unknown keyword (see :class:`RolloutOptions`).
         """
         future = self.submit([(payload, input_id)], session_ids=[session_id], timeout=timeout, **overrides)[0]
         if future.done() and isinstance(future.exception(), SubmitError):
@@ -202,7 +222,7 @@ class RolloutClient:
         session_id: str | None = None,
         input_id: str | None = None,
         timeout: float = DEFAULT_ROLLOUT_TIMEOUT_S,
-        **overrides: Any,
+        **overrides: Unpack[RolloutOptions],
     ) -> RolloutFuture:
         """:meth:`invoke` without blocking the event loop."""
         return await asyncio.to_thread(self.invoke, payload, session_id, input_id, timeout, **overrides)
@@ -214,7 +234,7 @@ class RolloutClient:
         session_ids: Sequence[str | None] | None = None,
         timeout: float = DEFAULT_ROLLOUT_TIMEOUT_S,
         journal: str | Path | None = None,
-        **overrides: Any,
+        **overrides: Unpack[RolloutOptions],
     ) -> list[RolloutFuture]:
         """Start many rollouts with batched sends (10 per call) and return their futures in order.
 
@@ -228,13 +248,14 @@ class RolloutClient:
 
         A request the queue refuses fails its future with :class:`SubmitError` instead of raising.
         """
+        fields = rollout_fields(overrides, "submit()")
         timeout = validate_timeout_s(timeout)
-        check_json(overrides, "_rollout overrides")
+        check_json(fields, "_rollout overrides")
         writer = Journal(journal) if journal is not None else None
         session_ids = session_ids or [None] * len(items)
         requests: list[DispatchRequest] = []
         for (payload, input_id), session_id in zip(items, session_ids, strict=True):
-            requests.append(self._request(payload, session_id, input_id, timeout, overrides))
+            requests.append(self._request(payload, session_id, input_id, timeout, fields))
         futures = [self._future(request) for request in requests]
         self._poller.register_all(futures)
         given = [future for future, session_id in zip(futures, session_ids, strict=True) if session_id is not None]
@@ -251,12 +272,12 @@ class RolloutClient:
         session_id: str | None,
         input_id: str | None,
         timeout: float,
-        overrides: Mapping[str, Any],
+        fields: Mapping[str, Any],
     ) -> DispatchRequest:
         payload = check_payload(payload)
         session_id = validate_session_id(session_id) if session_id is not None else new_session_id()
         input_id = validate_input_id(input_id) if input_id is not None else session_id
-        rollout = {**self._rollout_defaults, **overrides}
+        rollout = {**self._rollout_defaults, **fields}
         if self.gateway_url:
             rollout["base_url"] = session_base_url(self.gateway_url, session_id)
         request = DispatchRequest(
@@ -270,7 +291,12 @@ class RolloutClient:
         if len(request.to_body().encode()) <= SQS_MAX_INLINE_PAYLOAD_BYTES:
             return request
         ref = payload_ref_key(self.exp_id, session_id)
-        self._clients.s3.put_object(Bucket=self.s3_bucket, Key=ref, Body=json.dumps(request.payload).encode())
+        try:
+            self._clients.s3.put_object(Bucket=self.s3_bucket, Key=ref, Body=json.dumps(request.payload).encode())
+        except (BotoCoreError, BotoClientError) as exc:
+            raise SubmitError(
+                f"could not upload the payload of rollout {session_id} to s3://{self.s3_bucket}/{ref}: {exc}"
+            ) from exc
         return request.model_copy(update={"payload": None, "payload_ref": ref})
 
     def _future(self, request: DispatchRequest) -> RolloutFuture:
@@ -346,6 +372,7 @@ class RolloutClient:
 
         Raises:
             ValueError: a key of another experiment.
+            AwsError: a stored result could not be read.
         """
         futures: list[RolloutFuture] = []
         for rollout in rollouts:
@@ -386,9 +413,10 @@ class RolloutClient:
 
     def _read_stored(self, future: RolloutFuture) -> ClientResult | None:
         try:
-            body = self._clients.s3.get_object(Bucket=self.s3_bucket, Key=future.result_key)["Body"].read()
-        except BotoClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+            with aws_call(f"reading s3://{self.s3_bucket}/{future.result_key}"):
+                body = self._clients.s3.get_object(Bucket=self.s3_bucket, Key=future.result_key)["Body"].read()
+        except AwsError as exc:
+            if exc.code in ("NoSuchKey", "404"):
                 return None
             raise
         return self._with_traces(ClientResult.from_json_bytes(body))
@@ -412,7 +440,7 @@ class RolloutClient:
         *,
         input_ids: Iterable[str | None] | None = None,
         journal: str | Path | None = None,
-        **overrides: Any,
+        **overrides: Unpack[RolloutOptions],
     ) -> Iterator[BatchItem]:
         """Run payloads with at most ``max_concurrent_sessions`` in flight; yield items as they complete.
 
@@ -427,7 +455,8 @@ class RolloutClient:
         Yields:
             :class:`BatchItem` in completion order; ``success`` means status ``succeeded``.
         """
-        return iter_batch(self, _pairs(payloads, input_ids), max_concurrent_sessions, timeout, journal, overrides)
+        options = _checked(overrides, "run_batch()")
+        return iter_batch(self, _pairs(payloads, input_ids), max_concurrent_sessions, timeout, journal, options)
 
     def run_batch_async(
         self,
@@ -437,11 +466,12 @@ class RolloutClient:
         *,
         input_ids: Iterable[str | None] | None = None,
         journal: str | Path | None = None,
-        **overrides: Any,
+        **overrides: Unpack[RolloutOptions],
     ) -> AsyncIterator[BatchItem]:
         """:meth:`run_batch` as an async iterator (same arguments)."""
+        options = _checked(overrides, "run_batch_async()")
         pairs = _pairs(payloads, input_ids)
-        return iter_batch_async(self, pairs, max_concurrent_sessions, timeout, journal, overrides)
+        return iter_batch_async(self, pairs, max_concurrent_sessions, timeout, journal, options)
 
     def run_groups(
         self,
@@ -454,7 +484,7 @@ class RolloutClient:
         input_ids: Iterable[str] | None = None,
         eps: float = 1e-6,
         journal: str | Path | None = None,
-        **overrides: Any,
+        **overrides: Unpack[RolloutOptions],
     ) -> Iterator[RolloutGroup]:
         """Run ``samples_per_prompt`` rollouts per prompt and yield each complete GRPO group.
 
@@ -472,8 +502,9 @@ class RolloutClient:
         Yields:
             :class:`RolloutGroup` with group-normalized advantages, in group completion order.
         """
+        options = _checked(overrides, "run_groups()")
         payloads, ids = _expand(prompts, samples_per_prompt, input_ids)
-        items = self.run_batch(payloads, max_concurrent_sessions, timeout, input_ids=ids, journal=journal, **overrides)
+        items = self.run_batch(payloads, max_concurrent_sessions, timeout, input_ids=ids, journal=journal, **options)
         return iter_groups(items, samples_per_prompt, policy, eps)
 
     def run_groups_async(
@@ -487,12 +518,13 @@ class RolloutClient:
         input_ids: Iterable[str] | None = None,
         eps: float = 1e-6,
         journal: str | Path | None = None,
-        **overrides: Any,
+        **overrides: Unpack[RolloutOptions],
     ) -> AsyncIterator[RolloutGroup]:
         """:meth:`run_groups` as an async iterator (same arguments)."""
+        options = _checked(overrides, "run_groups_async()")
         payloads, ids = _expand(prompts, samples_per_prompt, input_ids)
         items = self.run_batch_async(
-            payloads, max_concurrent_sessions, timeout, input_ids=ids, journal=journal, **overrides
+            payloads, max_concurrent_sessions, timeout, input_ids=ids, journal=journal, **options
         )
         return iter_groups_async(items, samples_per_prompt, policy, eps)
 
@@ -502,13 +534,25 @@ class RolloutClient:
         """Return queue depths, the number of rollouts in flight and the ``recent`` newest results.
 
         Lists every result key of the experiment to find the newest (one ListObjectsV2 page per 1,000).
+
+        Raises:
+            AwsError: a queue, the sessions table or the bucket could not be read.
         """
-        return read_status(self._clients, self.resources, self.s3_bucket, recent)
+        with aws_call(f"reading the status of experiment {self.exp_id!r}"):
+            return read_status(self._clients, self.resources, self.s3_bucket, recent)
 
     def results(self, statuses: Collection[Status | str] | None = None) -> Iterator[ClientResult]:
-        """Yield every stored result of the experiment (one GetObject each), optionally only some statuses."""
+        """Yield every stored result of the experiment (one GetObject each), optionally only some statuses.
+
+        Raises:
+            AwsError: the bucket could not be listed or a result could not be read (while iterating).
+        """
         wanted = {Status(status) for status in statuses} if statuses is not None else None
-        return iter_results(self._clients.s3, self.s3_bucket, self.exp_id, wanted)
+        return self._results(wanted)
+
+    def _results(self, wanted: Collection[Status] | None) -> Iterator[ClientResult]:
+        with aws_call(f"reading the results of experiment {self.exp_id!r} from s3://{self.s3_bucket}"):
+            yield from iter_results(self._clients.s3, self.s3_bucket, self.exp_id, wanted)
 
     # Lifecycle
 
@@ -532,12 +576,17 @@ class RolloutClient:
 
     def _queue_url(self, name: str) -> str:
         try:
-            return self._clients.sqs.get_queue_url(QueueName=name)["QueueUrl"]
-        except BotoClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "")
-            if "NonExistentQueue" in code or "QueueDoesNotExist" in code:
+            with aws_call(f"looking up the SQS queue {name}"):
+                return str(self._clients.sqs.get_queue_url(QueueName=name)["QueueUrl"])
+        except AwsError as exc:
+            if "NonExistentQueue" in exc.code or "QueueDoesNotExist" in exc.code:
                 raise ExperimentNotFoundError(not_found_message(self.exp_id, f"no SQS queue {name}")) from exc
             raise
+
+
+def _checked(overrides: RolloutOptions, where: str) -> RolloutOptions:
+    """Check ``overrides`` now (not at the first iteration) and return them as one ``rollout_config``."""
+    return {"rollout_config": rollout_fields(overrides, where)}
 
 
 def _parse_rollout(rollout: str, exp_id: str) -> ResultKey:

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import difflib
+from collections.abc import Mapping
+from typing import Any, NamedTuple, TypedDict
 
-__all__ = ["DEFAULT_POLL", "DEFAULT_ROLLOUT_TIMEOUT_S", "DEFAULT_TRACES", "PollSettings", "TraceSettings"]
+from rollout_contract.messages import SAVE_FIELDS
+
+__all__ = [
+    "DEFAULT_POLL",
+    "DEFAULT_ROLLOUT_TIMEOUT_S",
+    "DEFAULT_TRACES",
+    "PollSettings",
+    "RolloutOptions",
+    "TraceSettings",
+    "rollout_fields",
+]
 
 #: Seconds a rollout may run before the sweeper ends it as ``timed_out`` (ART's batch default).
 DEFAULT_ROLLOUT_TIMEOUT_S = 900.0
@@ -54,3 +66,53 @@ class TraceSettings(NamedTuple):
 
 DEFAULT_POLL = PollSettings()
 DEFAULT_TRACES = TraceSettings()
+
+
+class RolloutOptions(TypedDict, total=False):
+    """The ``_rollout`` fields a keyword argument may set (ART's names), plus ``rollout_config``.
+
+    ``RolloutClient(...)`` takes ``base_url`` and ``model_id`` as ART's positional parameters and these as
+    keywords; ``invoke`` and the batch methods take all of them as per-rollout overrides. Any other agent
+    configuration goes in ``rollout_config``, a mapping merged into ``_rollout`` first, so that a
+    misspelt keyword (``timeuot=``) is an error instead of a field the agent silently ignores.
+    """
+
+    base_url: str
+    model_id: str
+    sampling_params: Mapping[str, Any]
+    api_key: str
+    rollout_config: Mapping[str, Any]
+
+
+_ROLLOUT_KEYWORDS = tuple(RolloutOptions.__annotations__)
+# Named parameters of the client's methods: suggested when a keyword is a near miss of one of them.
+_OTHER_KEYWORDS = ("timeout", "input_id", "input_ids", "session_id", "session_ids", "journal", "gateway_url", "poll")
+
+
+def rollout_fields(options: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Return the ``_rollout`` fields that keyword ``options`` of ``where`` set (``None`` values dropped).
+
+    Raises:
+        TypeError: an unknown keyword; the message names the close matches and ``rollout_config``.
+        ValueError: ``rollout_config`` sets a field the client owns (``exp_id``, ``input_id``, ``s3_bucket``).
+    """
+    unknown = [name for name in options if name not in _ROLLOUT_KEYWORDS]
+    if unknown:
+        hints = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, (*_ROLLOUT_KEYWORDS, *_OTHER_KEYWORDS), n=1)
+            hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise TypeError(
+            f"{where} got unexpected keyword argument(s) {', '.join(hints)}. Known keywords for the agent's "
+            f"_rollout block: {', '.join(_ROLLOUT_KEYWORDS)}; pass any other agent configuration explicitly as "
+            f"rollout_config={{{unknown[0]!r}: ...}}"
+        )
+    config = dict(options.get("rollout_config") or {})
+    owned = sorted(set(config) & set(SAVE_FIELDS))
+    if owned:
+        raise ValueError(
+            f"rollout_config sets {', '.join(owned)}, which the client fills in from the experiment and the "
+            "rollout's ids; pass input_id as an argument instead"
+        )
+    config.update((name, value) for name, value in options.items() if name != "rollout_config")
+    return {name: value for name, value in config.items() if value is not None}

@@ -1,20 +1,23 @@
 """The trainer client's errors: one base, catchable by family.
 
 - RolloutError
-    - ClientError: the client cannot do what was asked.
+    - RolloutClientError: the client cannot do what was asked.
         - ExperimentNotFoundError
         - ClientClosedError
+        - AwsError: an AWS call failed (botocore's error is ``__cause__``).
         - DuplicateSessionError (also a ValueError): a session id this client already used.
     - StoreUnavailableError: the queues or the bucket could not be reached for too long.
     - DispatchError: the rollout did not start.
-        - SubmitError: the dispatch queue refused the request.
+        - SubmitError: the dispatch queue (or the payload upload) refused the request.
         - DispatchFailedError: status ``dispatch_failed``.
     - AgentError: status ``agent_error``.
     - RolloutTimeoutError: status ``timed_out`` (the deadline passed, or no result came in time).
     - RolloutCancelledError: status ``cancelled``.
 
 ``future.result()`` returns the result for every terminal status; the status errors come from
-``result.raise_for_status()`` and from batch items, for users who prefer exceptions.
+``result.raise_for_status()`` and from batch items, for users who prefer exceptions. No botocore error
+leaves a public method: they arrive as :class:`AwsError` or :class:`SubmitError`, with botocore's error as
+``__cause__``. (``RolloutClientError`` is not botocore's ``ClientError``, which it was once named like.)
 """
 
 from __future__ import annotations
@@ -26,13 +29,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AgentError",
+    "AwsError",
     "ClientClosedError",
-    "ClientError",
     "DispatchError",
     "DispatchFailedError",
     "DuplicateSessionError",
     "ExperimentNotFoundError",
     "RolloutCancelledError",
+    "RolloutClientError",
     "RolloutError",
     "RolloutTimeoutError",
     "StoreUnavailableError",
@@ -48,16 +52,27 @@ class RolloutError(Exception):
         self.result = result
 
 
-class ClientError(RolloutError):
-    """The client cannot do what was asked (configuration, lifecycle)."""
+class RolloutClientError(RolloutError):
+    """The client cannot do what was asked (configuration, lifecycle, AWS)."""
 
 
-class ExperimentNotFoundError(ClientError):
+class ExperimentNotFoundError(RolloutClientError):
     """The experiment's descriptor or queues do not exist."""
 
 
-class ClientClosedError(ClientError):
+class ClientClosedError(RolloutClientError):
     """The client was closed while the rollout was still pending."""
+
+
+class AwsError(RolloutClientError):
+    """An AWS call failed; ``code`` is AWS's error code (``""`` when none came back, e.g. no connection).
+
+    botocore's exception is ``__cause__``.
+    """
+
+    def __init__(self, message: str, *, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class DispatchError(RolloutError):
@@ -65,7 +80,7 @@ class DispatchError(RolloutError):
 
 
 class SubmitError(DispatchError):
-    """The dispatch queue did not accept the request."""
+    """The dispatch queue did not accept the request, or a large payload could not be uploaded."""
 
 
 class DispatchFailedError(DispatchError):
@@ -84,7 +99,7 @@ class RolloutCancelledError(RolloutError):
     """The rollout was cancelled (status ``cancelled``)."""
 
 
-class DuplicateSessionError(ClientError, ValueError):
+class DuplicateSessionError(RolloutClientError, ValueError):
     """A session id this client already has pending or finished; each rollout needs its own."""
 
 
