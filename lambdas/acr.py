@@ -4,6 +4,11 @@ The wait for the slot happens in botocore's ``before-send`` hook, after the requ
 signed, so the time between the slot check and the bytes leaving is as short as it can be (a large
 payload or a busy interpreter cannot push a send into the next slot's window).
 
+Stops come before new invokes: an invoke takes only a slot that starts within ``invoke_horizon_s`` (1 s),
+a stop any slot within ``max_wait_s`` (5 s). Slots go out in order, so a stop waits behind at most a second
+of invokes, and while stops wait beyond that, invokes get no slot and go back to their queue. A backlog
+of new rollouts can then never starve the stops that free the sessions it waits for.
+
 Errors become :class:`~lambdas.exceptions.RetryableAcrError` (``RETRYABLE_ERROR_CODES``, any 5xx, and
 transport failures) or :class:`~lambdas.exceptions.FinalAcrError`. The client must not retry by itself
 (``retries={"total_max_attempts": 1}``): a hidden retry would be an invoke outside the budget.
@@ -32,6 +37,8 @@ CLIENT_CONFIG = Config(retries={"total_max_attempts": 1}, connect_timeout=5, rea
 _CONTENT_TYPE = "application/json"
 _SERVICE_ID = "bedrock-agentcore"
 _OPERATIONS = ("InvokeAgentRuntime", "StopRuntimeSession")
+#: How far ahead an invoke may reserve its slot (stops may reserve up to the caller's ``max_wait_s``).
+INVOKE_HORIZON_S = 1.0
 #: The slot the current thread's ACR call must wait for: (budget, slot start, longest wait).
 _pending_slot: ContextVar[tuple[TpsBudget, float, float] | None] = ContextVar("rollouts_pending_slot", default=None)
 
@@ -48,7 +55,14 @@ class Acr:
     """Invoke and stop sessions of one runtime endpoint, within its TPS budget."""
 
     def __init__(
-        self, client: BaseClient, *, tps: TpsBudget, runtime_arn: str, qualifier: str, max_wait_s: float
+        self,
+        client: BaseClient,
+        *,
+        tps: TpsBudget,
+        runtime_arn: str,
+        qualifier: str,
+        max_wait_s: float,
+        invoke_horizon_s: float = INVOKE_HORIZON_S,
     ) -> None:
         self._client = client
         self.tps = tps
@@ -57,7 +71,18 @@ class Acr:
                 f"before-send.{_SERVICE_ID}.{operation}", _wait_for_slot, unique_id=f"{__name__}.{operation}"
             )
         self._target = {"agentRuntimeArn": runtime_arn, "qualifier": qualifier}
+        #: Longest wait for a slot: stops reserve this far ahead.
         self.max_wait_s = max_wait_s
+        #: Invokes reserve only this far ahead, so stops keep precedence (see the module docstring).
+        self.invoke_horizon_s = min(invoke_horizon_s, max_wait_s)
+
+    def reserve_invoke(self) -> float:
+        """Reserve a slot for an invoke (within ``invoke_horizon_s``); return its start time.
+
+        Raises:
+            NoTokenError: no slot that soon (stops or other invokes hold them).
+        """
+        return self.tps.reserve(horizon_s=self.invoke_horizon_s)
 
     @staticmethod
     def encode(payload: dict[str, Any]) -> bytes:
@@ -65,14 +90,14 @@ class Acr:
         return json.dumps(payload, separators=(",", ":")).encode()
 
     def invoke(self, session_id: str, body: bytes, *, slot_start: float) -> None:
-        """Start ``session_id`` with ``body`` in the slot reserved at ``slot_start`` (``tps.reserve``).
+        """Start ``session_id`` with ``body`` in the slot reserved at ``slot_start`` (:meth:`reserve_invoke`).
 
         Raises:
             NoTokenError: the slot passed and no other frees up within the wait allowed.
             RetryableAcrError: the invoke may succeed later.
             FinalAcrError: it cannot.
         """
-        token = _pending_slot.set((self.tps, slot_start, self.max_wait_s))
+        token = _pending_slot.set((self.tps, slot_start, self.invoke_horizon_s))
         try:
             response = self._client.invoke_agent_runtime(
                 **self._target,

@@ -179,10 +179,10 @@ def _invoke(request: DispatchRequest, payload: dict[str, Any], *, owner: str, rt
     """Invoke an admitted rollout in a reserved TPS slot and record the outcome."""
     ledger, session_id = rt.ledger, request.session_id
     try:
-        slot_start = rt.acr.tps.reserve(horizon_s=rt.acr.max_wait_s)
+        slot_start = rt.acr.reserve_invoke()
     except NoTokenError as exc:
         ledger.release_to_queued(session_id, owner=owner)
-        raise RequeueError("invoke budget reserved beyond the allowed wait", exc.retry_after_s) from exc
+        raise RequeueError("invoke budget reserved beyond the invoke horizon", exc.retry_after_s) from exc
     attempts = ledger.mark_invoking(session_id, owner=owner, dispatched_at=slot_start)
     if attempts is None:
         raise RequeueError("another dispatcher took the rollout over", RACE_DELAY_S)

@@ -491,3 +491,25 @@ def test_payload_whose_rollout_block_is_not_an_object_ends_as_dispatch_failed_wi
     result = env.rt.store.read(request.key)
     assert (result.error.type, ROLLOUT_FIELD in result.error.message) == ("InvalidPayload", True)
     assert env.rt.ledger.slots_held() == (0, 0)
+
+
+def test_stops_come_before_new_invokes_in_the_invoke_budget(env: Env) -> None:
+    # GIVEN an invoke budget reserved 1.5 s ahead (stops waiting for their slots)
+    env.rt.clients.dynamodb.put_item(
+        TableName=env.rt.settings.budget_table,
+        Item={
+            BUDGET_PARTITION_KEY: {"S": tps_budget_id(env.rt.settings.runtime_arn, env.rt.settings.runtime_qualifier)},
+            ATTR_NEXT_AT: {"N": str(time.time() + 1.5)},
+        },
+    )
+    request = env.start_request()
+
+    # WHEN a new rollout is dispatched and a finished session is stopped
+    with pytest.raises(RequeueError, match="invoke budget"):
+        dispatch(request, receive_count=1, rt=env.rt)
+    env.rt.acr.stop(str(uuid.uuid4()))
+
+    # THEN the invoke goes back to its queue holding no slot, while the stop gets its slot and is sent
+    assert env.acr.calls_of(INVOKE) == []
+    assert len(env.acr.calls_of(STOP)) == 1
+    assert env.rt.ledger.slots_held() == (0, 0)
