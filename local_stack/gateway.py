@@ -1,4 +1,4 @@
-"""The token gateway: rllm-model-gateway 0.1.0 from PyPI, run unmodified as a process.
+"""The token gateway: rllm-model-gateway 0.1.0, unmodified, served by ``trainer_client.gateway`` as a process.
 
 Agents call ``{gateway}/sessions/{session_id}/v1``; the gateway forwards to the model endpoint and
 records, per call, the prompt and completion token ids and the logprobs, which the trainer reads from
@@ -20,9 +20,9 @@ Gaps, documented rather than patched (no adapter was needed):
 
 - A streamed call's trace is written by a background task after the last chunk, even with
   ``sync_traces`` (which only makes non-streamed writes synchronous), and ``POST /admin/flush`` does not
-  wait for it: a read right after the call can miss it by milliseconds. The agent writes its result
-  after its last model call and the result travels S3 -> EventBridge -> SQS first, so in practice the
-  trace is there; the trainer client still re-reads while the trace count grows.
+  wait for it: a read right after the call can miss it by milliseconds. ``trainer_client.gateway`` adds
+  ``GET /sessions/<sid>/traces/settled``, which answers once the session has no call in flight and those
+  writes are done, so the trainer joins traces with one exact read.
 - A client that sends ``logprobs: false`` explicitly keeps it (the gateway only adds a missing field),
   and its traces then have no logprobs.
 - A streamed tool call appears in the trace's ``response_message`` as the raw deltas, not merged into
@@ -85,7 +85,7 @@ def gateway_process(
     url = f"http://{LOCALHOST}:{port}"
     return ManagedProcess(
         name="gateway",
-        argv=[sys.executable, "-m", "rllm_model_gateway", "--config", str(config_path)],
+        argv=[sys.executable, "-m", "trainer_client.gateway", "--config", str(config_path)],
         log_path=run_dir / "gateway.log",
         env=dict(base_env),
         url=url,

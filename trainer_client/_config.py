@@ -50,18 +50,21 @@ class PollSettings(NamedTuple):
 class TraceSettings(NamedTuple):
     """How token traces are read from the gateway after a result arrives.
 
-    The gateway writes traces fire-and-forget, so a read right after the agent ends can miss the last
-    call; the client retries while the trace count still grows, a bounded number of times.
+    ``trainer_client.gateway`` answers one exact read once the session's model calls and trace writes are
+    done. A plain rllm-model-gateway writes traces fire-and-forget, so against it the client re-reads while
+    the trace count still grows, a bounded number of times.
 
     Attributes:
-        attempts: reads at most.
-        delay_s: pause between reads.
-        timeout_s: HTTP timeout per read.
+        attempts: reads at most (plain gateway).
+        delay_s: pause between reads (plain gateway).
+        timeout_s: HTTP timeout per read, on top of ``settle_s``.
+        settle_s: how long the gateway may wait for the session's calls still in flight.
     """
 
     attempts: int = 4
     delay_s: float = 0.25
     timeout_s: float = 10.0
+    settle_s: float = 30.0
 
 
 DEFAULT_POLL = PollSettings()

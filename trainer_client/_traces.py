@@ -11,10 +11,14 @@ from pydantic import TypeAdapter
 from trainer_client._config import TraceSettings
 from trainer_client._results import TokenTrace
 
-__all__ = ["TraceReader", "session_base_url"]
+__all__ = ["CALLS_IN_FLIGHT_HEADER", "SETTLED_TRACES_PATH", "TraceReader", "session_base_url"]
 
 logger = logging.getLogger("trainer_client")
 _TRACES = TypeAdapter(list[TokenTrace])
+#: ``trainer_client.gateway``'s exact read of a session's traces (defined here: the reader imports no server code).
+SETTLED_TRACES_PATH = "/sessions/{session_id}/traces/settled"
+#: Its response header: the session's model calls still in flight when the read returned (``0``: complete).
+CALLS_IN_FLIGHT_HEADER = "X-Calls-In-Flight"
 
 
 def session_base_url(gateway_url: str, session_id: str) -> str:
@@ -23,34 +27,67 @@ def session_base_url(gateway_url: str, session_id: str) -> str:
 
 
 class TraceReader:
-    """Read a session's traces once its result exists, retrying briefly while they are still being written.
+    """Read a session's traces once its result exists.
 
-    The gateway stores traces fire-and-forget, so the reader takes a list as final once two reads in a
-    row agree on its length, or after ``settings.attempts`` reads.
+    With ``trainer_client.gateway`` (the gateway the local stack runs) one read is exact: the gateway answers
+    once the session has no model call in flight and every trace write has finished. A plain
+    rllm-model-gateway has no such route (404): the reader then re-reads ``/traces`` until two reads in a row
+    agree on the length, ``settings.attempts`` reads at most, and warns once that the join is a guess.
     """
 
     def __init__(self, gateway_url: str, settings: TraceSettings, *, transport: httpx.BaseTransport | None = None):
         self._url = gateway_url.rstrip("/")
         self._settings = settings
-        self._http = httpx.Client(timeout=settings.timeout_s, transport=transport)
+        self._http = httpx.Client(timeout=settings.timeout_s + settings.settle_s, transport=transport)
+        self._settled_route = True
 
     def read(self, session_id: str) -> list[TokenTrace] | None:
         """Return the session's traces in call order, or ``None`` if the gateway could not be read."""
+        try:
+            if self._settled_route:
+                traces = self._read_settled(session_id)
+                if traces is not None:
+                    return traces
+            return self._read_until_stable(session_id)
+        except httpx.HTTPError as exc:
+            logger.warning("token traces of session %s unavailable: %s", session_id, exc)
+            return None
+
+    def _read_settled(self, session_id: str) -> list[TokenTrace] | None:
+        response = self._http.get(
+            self._url + SETTLED_TRACES_PATH.format(session_id=session_id), params={"timeout_s": self._settings.settle_s}
+        )
+        if response.status_code == httpx.codes.NOT_FOUND:
+            self._settled_route = False
+            logger.warning(
+                "the gateway at %s has no settled-traces route (a plain rllm-model-gateway?): token traces are "
+                "re-read until stable, which can miss a late write; run `python -m trainer_client.gateway`",
+                self._url,
+            )
+            return None
+        response.raise_for_status()
+        in_flight = response.headers.get(CALLS_IN_FLIGHT_HEADER, "0")
+        if in_flight != "0":
+            logger.warning(
+                "session %s still had %s model call(s) in flight at the gateway after %.0f s; its traces lack them",
+                session_id,
+                in_flight,
+                self._settings.settle_s,
+            )
+        return _TRACES.validate_json(response.content)
+
+    def _read_until_stable(self, session_id: str) -> list[TokenTrace]:
         previous: list[TokenTrace] | None = None
         for attempt in range(self._settings.attempts):
             if attempt:
                 time.sleep(self._settings.delay_s)
-            try:
-                response = self._http.get(f"{self._url}/sessions/{session_id}/traces")
-                response.raise_for_status()
-            except httpx.HTTPError as exc:
-                logger.warning("token traces of session %s unavailable: %s", session_id, exc)
-                return previous
+            response = self._http.get(f"{self._url}/sessions/{session_id}/traces")
+            response.raise_for_status()
             traces = _TRACES.validate_json(response.content)
             if previous is not None and traces and len(traces) == len(previous):
                 return traces
             previous = traces
-        return previous
+        return previous or []
 
     def close(self) -> None:
         """Close the HTTP connection pool."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -15,18 +16,17 @@ from examples.math_agent.problems import generate_problems
 from local_stack._process import ManagedProcess
 from local_stack.gateway import session_base_url
 from local_stack.model_endpoint.tokenizer import EOS_ID
+from trainer_client._traces import CALLS_IN_FLIGHT_HEADER
 
 PROBLEM = generate_problems(2, seed=5)[1]
 
 
-def _traces(gateway: ManagedProcess, session_id: str, expected: int) -> list[dict[str, Any]]:
-    """The session's traces, re-read briefly: streamed traces are written just after the last chunk."""
-    deadline = time.monotonic() + 5.0
-    while True:
-        traces = httpx.get(f"{gateway.url}/sessions/{session_id}/traces", timeout=5).json()
-        if len(traces) >= expected or time.monotonic() > deadline:
-            return traces
-        time.sleep(0.05)
+def _settled_traces(gateway: ManagedProcess, session_id: str) -> list[dict[str, Any]]:
+    """The session's traces in one exact read: the gateway answers once its calls and trace writes are done."""
+    response = httpx.get(f"{gateway.url}/sessions/{session_id}/traces/settled", params={"timeout_s": 30}, timeout=60)
+    response.raise_for_status()
+    assert response.headers[CALLS_IN_FLIGHT_HEADER] == "0"
+    return response.json()
 
 
 def _traced_calls(gateway: ManagedProcess) -> int:
@@ -54,7 +54,7 @@ def test_a_strands_agent_streaming_through_the_session_url_is_traced_with_tokens
     # WHEN it solves a problem (Strands streams every call)
     agent(PROBLEM["prompt"])
     # THEN the gateway holds both calls for the session, each with prompt ids, completion ids and logprobs
-    traces = _traces(gateway, session_id, expected=2)
+    traces = _settled_traces(gateway, session_id)
     assert [t["finish_reason"] for t in traces] == ["tool_calls", "stop"]
     for trace in traces:
         assert trace["session_id"] == session_id
@@ -75,8 +75,34 @@ def test_non_streaming_calls_are_traced_and_the_agent_sees_no_token_fields(gatew
     # THEN its response is a clean OpenAI one, and the trace has the tokens
     assert "prompt_token_ids" not in raw and "token_ids" not in raw["choices"][0]
     assert raw["choices"][0]["logprobs"] is None
-    (trace,) = _traces(gateway, session_id, expected=1)
+    (trace,) = _settled_traces(gateway, session_id)
     assert trace["prompt_token_ids"] and trace["completion_token_ids"]
+    assert len(trace["logprobs"]) == len(trace["completion_token_ids"])
+
+
+def test_a_settled_read_made_while_a_streamed_call_is_in_flight_includes_that_calls_trace(
+    gateway: ManagedProcess,
+) -> None:
+    # GIVEN a streamed call through a session URL whose first chunk has arrived (so the gateway holds the call)
+    session_id = str(uuid.uuid4())
+    request = {
+        "model": "local-math-policy",
+        "messages": [{"role": "user", "content": PROBLEM["prompt"]}],
+        "stream": True,
+    }
+    url = f"{session_base_url(gateway.url, session_id)}/chat/completions"
+    with httpx.stream("POST", url, json=request, timeout=30) as stream:
+        lines = stream.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))
+        # WHEN the trainer reads the session's settled traces before the stream is consumed
+        with ThreadPoolExecutor(1) as pool:
+            read = pool.submit(_settled_traces, gateway, session_id)
+            rest = [line for line in lines if line.startswith("data: ")]
+            traces = read.result(timeout=60)
+    # THEN the read waited for the call and its write: the one trace is there, with every streamed token
+    assert rest[-1] == "data: [DONE]"
+    (trace,) = traces
+    assert trace["completion_token_ids"][-1] == EOS_ID
     assert len(trace["logprobs"]) == len(trace["completion_token_ids"])
 
 
