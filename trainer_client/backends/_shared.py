@@ -1,0 +1,125 @@
+"""What the verl and slime adapters share: one client per process, and running one rollout to its outcome.
+
+verl instantiates its agent loop for every sample and slime calls its generate hook per sample; each
+would otherwise open its own SQS long poll. :func:`shared_client` hands them one client (one poller,
+one connection pool) per experiment, closed when the process exits. :func:`run_rollout` submits one
+rollout, waits for its event and says how it ended, never raising for a rollout that failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rollout_contract import Status
+from trainer_client._client import RolloutClient
+from trainer_client._exceptions import RolloutError
+from trainer_client._results import ClientResult, TokenTrace
+from trainer_client.backends._rollouts import group_input_id, wait_for_result
+
+__all__ = ["NOT_SUBMITTED", "NO_RESULT", "RolloutOutcome", "close_shared_clients", "run_rollout", "shared_client"]
+
+#: Outcome status of a rollout the dispatch queue refused (or the client could not send).
+NOT_SUBMITTED = "not_submitted"
+#: Outcome status of a rollout with no result by its deadline plus the poller's grace.
+NO_RESULT = "no_result"
+
+_lock = threading.Lock()
+_clients: dict[tuple[str, str | None, str | None], RolloutClient] = {}
+
+
+def shared_client(
+    experiment: str,
+    *,
+    region: str | None = None,
+    model_id: str | None = None,
+    factory: Callable[..., RolloutClient] = RolloutClient.for_experiment,
+    **kwargs: Any,
+) -> RolloutClient:
+    """The process's client of ``experiment`` (made on first use with ``factory(experiment, region=, model_id=)``).
+
+    ``kwargs`` go to ``factory`` on first use only.
+    """
+    key = (experiment, region, model_id)
+    with _lock:
+        client = _clients.get(key)
+        if client is None:
+            client = factory(experiment, region=region, model_id=model_id, **kwargs)
+            if not _clients:
+                atexit.register(close_shared_clients)
+            _clients[key] = client
+        return client
+
+
+def close_shared_clients() -> None:
+    """Close every shared client (pending futures fail with ``ClientClosedError``)."""
+    with _lock:
+        clients = list(_clients.values())
+        _clients.clear()
+    for client in clients:
+        client.close()
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutOutcome:
+    """How one rollout ended.
+
+    Attributes:
+        status: the result's status (``succeeded``, ``agent_error``, ...), or :data:`NOT_SUBMITTED` /
+            :data:`NO_RESULT` when there is no result.
+        result: the terminal result, if one came.
+        error: what went wrong, for every status but ``succeeded``.
+        elapsed: seconds from submission to the result.
+    """
+
+    status: str
+    result: ClientResult | None
+    error: str | None
+    elapsed: float
+
+    @property
+    def succeeded(self) -> bool:
+        """The agent finished and stored its result."""
+        return self.status == Status.SUCCEEDED.value
+
+    @property
+    def session_id(self) -> str:
+        """The rollout's session id ("" if it was never submitted)."""
+        return self.result.session_id if self.result is not None else ""
+
+    @property
+    def token_traces(self) -> list[TokenTrace]:
+        """The model calls the gateway recorded for the rollout (``[]`` if none)."""
+        return (self.result.token_traces or []) if self.result is not None else []
+
+
+async def run_rollout(
+    client: RolloutClient,
+    payload: Mapping[str, Any],
+    group: object,
+    timeout_s: float,
+    **overrides: Any,
+) -> RolloutOutcome:
+    """Submit one rollout in GRPO group ``group`` and await its result; cancelling the caller cancels it."""
+    try:
+        future = await client.invoke_async(payload, input_id=group_input_id(group), timeout=timeout_s, **overrides)
+    except RolloutError as exc:
+        return RolloutOutcome(NOT_SUBMITTED, None, f"{type(exc).__name__}: {exc}", 0.0)
+    try:
+        result = await wait_for_result(future, client.poll_settings.deadline_grace_s)
+    except asyncio.CancelledError:
+        future.cancel()
+        raise
+    except RolloutError as exc:
+        return RolloutOutcome(NOT_SUBMITTED, None, f"{type(exc).__name__}: {exc}", future.elapsed())
+    if result is None:
+        message = f"no result for rollout {future.session_id} by its deadline ({timeout_s:.0f} s) plus grace"
+        return RolloutOutcome(NO_RESULT, None, message, future.elapsed())
+    error = None
+    if result.status is not Status.SUCCEEDED:
+        error = f"{result.status.value}: {result.error.message if result.error else result.stop_reason}"
+    return RolloutOutcome(result.status.value, result, error, future.elapsed())

@@ -1,0 +1,223 @@
+"""A verl agent loop that runs each sample as one rollout of our experiment (verl 0.9.1).
+
+verl builds an agent loop object per sample (``hydra.utils.instantiate`` of a registry entry) and calls
+``await loop.run(sampling_params, **row)``, where ``row`` is the dataset row (``raw_prompt``, ``uid``,
+``reward_model``, ``extra_info``, ...). :class:`AgentCoreAgentLoop` submits the row as one rollout in GRPO
+group ``row["uid"]``, awaits its completion event, and returns ``AgentLoopOutput`` built from the
+gateway's token traces (:mod:`trainer_client.backends.assembly`): prompt ids, response ids, response mask
+(1 sampled, 0 spliced tool/environment tokens), aligned logprobs, the rollout's reward, ``num_turns``.
+A rollout whose calls break the token prefix gives one output per row (a list, as verl's V1 trainer,
+``trainer.use_v1=true``, accepts); with the legacy trainer only the last row is returned.
+
+The agent calls the model through our token gateway; point the gateway's upstream at verl's rollout
+servers. One client per experiment per process (:func:`~trainer_client.backends._shared.shared_client`).
+
+Failure policy (``failure_policy``, for rollouts that did not succeed):
+
+- ``zero_reward`` (default): reward 0.0; the tokens the policy sampled stay trainable, so the group's
+  advantage pushes them down. A rollout with no traces gives the prompt and one masked token.
+- ``mask``: reward 0.0 and every response token masked: it counts in the group's mean, trains nothing.
+- ``drop``: no output (V1 only): verl pads the missing trajectory downstream.
+- ``raise``: raise :class:`RolloutFailedError`; verl marks the sample's group ``failure`` (evicted with
+  ``sync_refill_failed_groups``).
+
+Registration (``agent_loop_config_path``), see the README::
+
+    - name: agentcore
+      _target_: trainer_client.backends.verl.AgentCoreAgentLoop
+      experiment: my-exp
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Mapping
+from enum import StrEnum
+from typing import Any
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
+
+from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S
+from trainer_client._exceptions import RolloutError
+from trainer_client.backends._shared import RolloutOutcome, run_rollout, shared_client
+from trainer_client.backends.assembly import TokenRow, assemble_rows
+
+__all__ = ["AgentCoreAgentLoop", "FailurePolicy", "RolloutFailedError", "default_payload", "to_outputs"]
+
+logger = logging.getLogger("trainer_client.backends.verl")
+
+#: Dataset row fields the default payload passes to the agent (``raw_prompt`` becomes ``prompt``).
+PAYLOAD_FIELDS = ("data_source", "reward_model", "extra_info", "tools_kwargs", "interaction_kwargs", "index")
+
+
+class FailurePolicy(StrEnum):
+    """What a rollout that did not succeed becomes (see the module docstring)."""
+
+    ZERO_REWARD = "zero_reward"
+    MASK = "mask"
+    DROP = "drop"
+    RAISE = "raise"
+
+
+class RolloutFailedError(RolloutError):
+    """A rollout did not succeed and the failure policy is ``raise``."""
+
+
+def default_payload(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The agent's payload from a verl dataset row: ``prompt`` (the chat messages) and :data:`PAYLOAD_FIELDS`."""
+    payload = {"prompt": _jsonable(row["raw_prompt"])}
+    payload.update((name, _jsonable(row[name])) for name in PAYLOAD_FIELDS if row.get(name) is not None)
+    return payload
+
+
+class AgentCoreAgentLoop(AgentLoopBase):
+    """verl's ``AgentLoopBase`` on our rollouts (see the module docstring).
+
+    Args:
+        experiment: our experiment's name (its descriptor in SSM).
+        rollout_timeout_s: each rollout's server-side deadline.
+        failure_policy: a :class:`FailurePolicy` value.
+        payload_fn: ``module.function`` mapping the dataset row to the payload (default :func:`default_payload`).
+        model_id: ``_rollout.model_id`` (the name the agent asks the model for).
+        region: AWS region of the descriptor (default: boto3's).
+        *args, **kwargs: what verl passes to every agent loop (config, server manager, tokenizer, ...).
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        experiment: str,
+        rollout_timeout_s: float = DEFAULT_ROLLOUT_TIMEOUT_S,
+        failure_policy: str = FailurePolicy.ZERO_REWARD,
+        payload_fn: str | None = None,
+        model_id: str | None = None,
+        region: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.client = shared_client(experiment, region=region, model_id=model_id)
+        self.rollout_timeout_s = float(rollout_timeout_s)
+        self.failure_policy = FailurePolicy(failure_policy)
+        self.payload_fn: Callable[[Mapping[str, Any]], Mapping[str, Any]] = (
+            _load(payload_fn) if payload_fn else default_payload
+        )
+        self.multiple_rows = bool(self.config.trainer.get("use_v1", True))
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
+        """Run the row as one rollout in group ``kwargs["uid"]`` and return its outputs."""
+        outcome = await run_rollout(
+            self.client,
+            self.payload_fn(kwargs),
+            kwargs["uid"],
+            self.rollout_timeout_s,
+            sampling_params=_jsonable(sampling_params),
+        )
+        if not outcome.succeeded:
+            logger.warning("rollout %s of group %s: %s", outcome.session_id, kwargs["uid"], outcome.error)
+            if self.failure_policy is FailurePolicy.RAISE:
+                raise RolloutFailedError(f"rollout of group {kwargs['uid']} failed: {outcome.error}")
+        outputs = to_outputs(
+            outcome,
+            policy=self.failure_policy,
+            prompt_ids=lambda: self._prompt_ids(kwargs["raw_prompt"]),
+            pad_token_id=self._pad_token_id(),
+            max_prompt_length=self.rollout_config.prompt_length,
+            max_response_length=self.rollout_config.response_length,
+        )
+        if not self.multiple_rows and len(outputs) > 1:
+            outputs[-1].extra_fields["rows_dropped"] = len(outputs) - 1
+            outputs = outputs[-1:]
+        return outputs if self.multiple_rows else outputs[0]
+
+    def _prompt_ids(self, messages: Any) -> list[int]:
+        ids = self.tokenizer.apply_chat_template(
+            list(messages),
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+            **self.apply_chat_template_kwargs,
+        )
+        return list(ids)[-self.rollout_config.prompt_length :]
+
+    def _pad_token_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return int(pad if pad is not None else self.tokenizer.eos_token_id)
+
+
+def to_outputs(
+    outcome: RolloutOutcome,
+    *,
+    policy: FailurePolicy,
+    prompt_ids: Callable[[], list[int]],
+    pad_token_id: int,
+    max_prompt_length: int,
+    max_response_length: int,
+) -> list[AgentLoopOutput]:
+    """verl's outputs for one rollout: one per token row, or a masked placeholder when there are no traces.
+
+    Args:
+        outcome: how the rollout ended.
+        policy: what a rollout that did not succeed becomes (``raise`` is the caller's).
+        prompt_ids: the row's prompt ids, for the placeholder (called only when there are no traces).
+        pad_token_id: the placeholder's one masked response token.
+        max_prompt_length: verl's ``rollout.prompt_length``.
+        max_response_length: verl's ``rollout.response_length``.
+    """
+    if not outcome.succeeded and policy is FailurePolicy.DROP:
+        return []
+    rows = assemble_rows(
+        outcome.token_traces, max_prompt_length=max_prompt_length, max_response_length=max_response_length
+    )
+    masked = not outcome.succeeded and policy is FailurePolicy.MASK
+    if not rows:
+        rows, masked = [TokenRow(prompt_ids=prompt_ids())], True
+    reward = outcome.result.reward if outcome.succeeded and outcome.result is not None else 0.0
+    outputs = []
+    traces = outcome.token_traces
+    for row in rows:
+        calls, traces = traces[: row.num_calls], traces[row.num_calls :]
+        response_ids = row.response_ids or [pad_token_id]
+        logprobs = row.response_logprobs
+        if not row.response_ids:
+            logprobs = [0.0] if logprobs is not None else None
+        outputs.append(
+            AgentLoopOutput(
+                prompt_ids=row.prompt_ids,
+                response_ids=response_ids,
+                response_mask=[0] * len(response_ids) if masked or not row.response_ids else row.response_mask,
+                response_logprobs=logprobs,
+                reward_score=reward,
+                num_turns=len(calls[-1].messages) + 1 if calls else 0,
+                metrics=AgentLoopMetrics(generate_sequences=outcome.elapsed),
+                extra_fields={
+                    "reward_extra_info": {},
+                    "turn_scores": [],
+                    "tool_rewards": [],
+                    "rollout_session_id": outcome.session_id,
+                    "rollout_status": outcome.status,
+                    "rollout_error": outcome.error or "",
+                    "finish_reason": row.finish_reason or "",
+                    "truncated": row.truncated,
+                },
+            )
+        )
+    return outputs
+
+
+def _jsonable(value: Any) -> Any:
+    """Numpy arrays and scalars (verl's non-tensor batch) as plain JSON values."""
+    if isinstance(value, Mapping):
+        return {str(key): _jsonable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(item) for item in value]
+    if hasattr(value, "tolist"):
+        return _jsonable(value.tolist())
+    return value
+
+
+def _load(path: str) -> Callable[..., Any]:
+    module_name, _, attr = path.replace(":", ".").rpartition(".")
+    if not module_name:
+        raise ValueError(f"payload_fn must be 'module.function', got {path!r}")
+    return getattr(importlib.import_module(module_name), attr)
