@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import boto3
@@ -28,10 +28,10 @@ from starlette.exceptions import HTTPException
 
 from agent_app._results import ResultWriteError, ResultWriter
 from agent_app._rollout import Rollout, RolloutRegistry
-from rollout_contract.ids import InvalidIdError, new_session_id, validate_session_id
-from rollout_contract.keys import ResultKey
+from rollout_contract.ids import InvalidIdError, new_session_id, validate_session_key_segment
+from rollout_contract.keys import RESULT_SUFFIX, ResultKey
 from rollout_contract.messages import MissingRolloutFieldsError, RolloutSpec
-from rollout_contract.results import ROLLOUT_FIELD
+from rollout_contract.results import ROLLOUT_FIELD, RolloutResult, Timings, redact_payload
 
 # bedrock-agentcore 1.25 declares RequestContext with a pydantic v1 ``class Config``; the warning is theirs
 # to fix and would fail every test run that treats warnings as errors.
@@ -77,7 +77,8 @@ class AgentCoreRLApp(BedrockAgentCoreApp):
 
         Args:
             s3_client: boto3 S3 client for results; built on first use (``boto3.client("s3")``, which
-                honours ``AWS_ENDPOINT_URL_S3``) when not given.
+                honours ``AWS_ENDPOINT_URL_S3``) when not given. Assigning ``app.s3_client = ...`` later
+                (ART's way) works too.
             redact_keys: payload keys (at any depth) replaced by a marker in the stored ``payload``;
                 ``_rollout.api_key`` is always redacted.
             debug: the parent's debug actions and logging.
@@ -93,15 +94,76 @@ class AgentCoreRLApp(BedrockAgentCoreApp):
         self._background: set[asyncio.Task[None]] = set()
         super().__init__(debug=debug, lifespan=self._cancelling_on_exit(lifespan), middleware=middleware)
 
+    @property
+    def s3_client(self) -> Any:
+        """The boto3 S3 client results are written with (built on first use)."""
+        return self._result_writer().s3_client
+
+    @s3_client.setter
+    def s3_client(self, client: Any) -> None:
+        with self._writer_lock:
+            self._s3_client = client
+            self._writer = None
+
     def rollout_entrypoint(self, func: Callable[..., Any]) -> Callable[..., Any]:
         """Register ``func`` as the rollout handler and return it unchanged.
 
         ``func`` may be sync or async and take ``(payload)`` or ``(payload, context)``; it returns a dict,
-        with the reward under ``"rewards"``.
+        with the reward under ``"rewards"``. ``app.handlers["main"]`` is the ``/invocations`` entrypoint:
+        it takes ``(payload, context)`` and carries ``func``'s name, as ART's wrapper does.
         """
+
+        def accept(payload: Any, context: RequestContext) -> dict[str, str]:
+            return self._accept(payload, context)
+
+        accept.__name__, accept.__qualname__, accept.__doc__ = func.__name__, func.__qualname__, func.__doc__
         self._rollout_handler = func
-        self.handlers["main"] = self._accept
+        self.handlers["main"] = accept
         return func
+
+    def save_result(
+        self,
+        result: Mapping[str, Any],
+        rollout_config: Mapping[str, Any],
+        result_key: str,
+        payload: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Store ``result`` as a ``succeeded`` rollout's result at ``result_key`` (ART's ``save_result``).
+
+        As in ART, ``status_code`` (200) and ``stop_reason`` (``"end_turn"``) are added when absent and the
+        ids, ``s3_bucket``, ``result_key`` and ``payload`` are set; the stored ``payload`` is redacted like
+        the entrypoint's. Unlike ART, an object already at the key is kept (first writer wins), and
+        ``result`` is not modified.
+
+        Args:
+            result: the handler's dict (JSON-serializable), e.g. ``{"rewards": 1.0}``.
+            rollout_config: the ``_rollout`` block: ``exp_id``, ``input_id`` and ``s3_bucket``.
+            result_key: ``{exp_id}/{input_id}/{session_id}.json`` of the same ids.
+            payload: the request payload to store with the result.
+
+        Returns:
+            ``True`` if this call stored the result; ``False`` if one was already there.
+
+        Raises:
+            ValueError: a missing ``_rollout`` field, or a ``result_key`` that breaks the key rules or
+                names other ids (``rollout_contract.InvalidIdError`` is a ``ValueError``).
+            ResultWriteError: S3 refused the write.
+        """
+        target = RolloutSpec.model_validate(dict(rollout_config)).save_target()
+        if target is None:
+            raise MissingRolloutFieldsError(
+                "Missing required rollout config field(s): exp_id, input_id and s3_bucket say where the result goes"
+            )
+        exp_id, input_id, bucket = target
+        prefix = f"{exp_id}/{input_id}/"
+        if not (result_key.startswith(prefix) and result_key.endswith(RESULT_SUFFIX)):
+            raise ValueError(f"result_key {result_key!r} is not {prefix}<session_id>{RESULT_SUFFIX} (the config's ids)")
+        key = ResultKey(exp_id, input_id, validate_session_key_segment(result_key[len(prefix) : -len(RESULT_SUFFIX)]))
+        stored_payload = redact_payload(payload, self._redact_keys) if payload is not None else None
+        document = RolloutResult.from_handler_output(
+            result, key=key, s3_bucket=bucket, payload=stored_payload, timings=Timings(finished_at=time.time())
+        )
+        return self._result_writer().write(bucket, result_key, document.to_json_bytes())
 
     def run(self, port: int | None = None, host: str | None = None, **kwargs: Any) -> None:
         """Serve the app; ``port`` defaults to the ``PORT`` environment variable, else 8080."""
@@ -123,7 +185,7 @@ class AgentCoreRLApp(BedrockAgentCoreApp):
         if target is not None:
             exp_id, input_id, _ = target
             try:
-                key = ResultKey(exp_id, input_id, validate_session_id(session_id))
+                key = ResultKey(exp_id, input_id, validate_session_key_segment(session_id))
             except InvalidIdError as exc:
                 raise HTTPException(400, str(exc)) from exc
 

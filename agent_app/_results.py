@@ -57,7 +57,7 @@ class ResultWriter:
         self, s3_client: Any, *, backoff: Backoff = DEFAULT_BACKOFF, sleep: Callable[[float], None] = time.sleep
     ) -> None:
         """Write through ``s3_client`` (a boto3 S3 client), retrying transient errors per ``backoff``."""
-        self._s3 = s3_client
+        self.s3_client = s3_client
         self._backoff = backoff
         self._sleep = sleep
 
@@ -73,7 +73,9 @@ class ResultWriter:
         """
         for attempt in range(1, self._backoff.attempts + 1):
             try:
-                self._s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType="application/json", IfNoneMatch="*")
+                self.s3_client.put_object(
+                    Bucket=bucket, Key=key, Body=body, ContentType="application/json", IfNoneMatch="*"
+                )
                 return True
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") == PRECONDITION_FAILED:

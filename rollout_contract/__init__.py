@@ -19,6 +19,7 @@ from rollout_contract.ids import (
     validate_exp_id,
     validate_input_id,
     validate_session_id,
+    validate_session_key_segment,
 )
 from rollout_contract.keys import (
     ResultKey,
@@ -79,5 +80,6 @@ __all__ = [
     "validate_exp_id",
     "validate_input_id",
     "validate_session_id",
+    "validate_session_key_segment",
     "validate_timeout_s",
 ]

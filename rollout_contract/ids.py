@@ -65,6 +65,19 @@ def validate_session_id(session_id: str) -> str:
             f"session_id {session_id!r} is {len(session_id)} characters; AgentCore Runtime requires "
             f"{SESSION_ID_MIN_LENGTH}-{SESSION_ID_MAX_LENGTH} (a uuid4 string has 36)"
         )
+    return validate_session_key_segment(session_id)
+
+
+def validate_session_key_segment(session_id: str) -> str:
+    """Return ``session_id`` if it can end a result key (1-256 key-safe characters), else raise.
+
+    The agent side checks only this: ACR itself refuses session ids shorter than 33 characters, so an
+    agent sees a short one only when called directly (local tests, ``curl``), where ART accepts it too.
+    """
+    if not isinstance(session_id, str) or not session_id:
+        raise InvalidIdError("session_id must be a non-empty string")
+    if len(session_id) > SESSION_ID_MAX_LENGTH:
+        raise InvalidIdError(f"session_id is {len(session_id)} characters; the limit is {SESSION_ID_MAX_LENGTH}")
     if not _KEY_SAFE_RE.match(session_id):
         raise InvalidIdError(f"session_id {session_id!r} is invalid: {_KEY_SAFE_HINT}")
     return session_id

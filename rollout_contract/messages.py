@@ -81,8 +81,8 @@ class RolloutSpec(BaseModel):
             return None
         if missing:
             raise MissingRolloutFieldsError(
-                f"{ROLLOUT_FIELD} is missing {', '.join(missing)}: give all of exp_id, input_id and "
-                "s3_bucket to save the result, or none of them to run without saving"
+                f"Missing required rollout config field(s) in {ROLLOUT_FIELD}: missing {', '.join(missing)}. Give all "
+                "of exp_id, input_id and s3_bucket to save the result, or none of them to run without saving"
             )
         return validate_exp_id(values["exp_id"]), validate_input_id(values["input_id"]), values["s3_bucket"]
 

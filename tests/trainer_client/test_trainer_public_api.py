@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import boto3
 import pytest
 from botocore.exceptions import ClientError as BotoClientError
 
-from rollout_contract import InvalidIdError
+from rollout_contract import InvalidIdError, Status
 from rollout_contract.messages import SQS_MAX_INLINE_PAYLOAD_BYTES
 from trainer_client import AwsError, RolloutClient, RolloutClientError, RolloutError, SubmitError
 
@@ -106,3 +108,26 @@ def test_status_and_results_raise_aws_error_not_botocore_errors(client, descript
         assert isinstance(caught.value, RolloutClientError) and isinstance(caught.value, RolloutError)
         assert not isinstance(caught.value, BotoClientError)
         assert isinstance(caught.value.__cause__, BotoClientError)
+
+
+def test_results_read_like_arts_dicts_and_keep_typed_attributes(client, backend):
+    # GIVEN ART-style trainer code reading a future's result and a batch item's result as dicts
+    future = client.invoke({"reward": 0.25}, input_id="q1")
+    failed = client.invoke({"end_as": "agent_error"}, input_id="q2")
+    backend.serve(2)
+    result = future.result(timeout=5)
+    backend.serve_in_thread(1)
+    (item,) = list(client.run_batch([{"reward": 0.75}], 1))
+
+    # THEN subscripting gives the stored document, JSON-shaped, and the attributes stay typed
+    assert result["rewards"] == [0.25] and result.rewards == [0.25]
+    assert result["status_code"] == 200 and result["stop_reason"] == "end_turn" and result["answer"] == "42"
+    assert result["status"] == "succeeded" and result.status is Status.SUCCEEDED
+    assert result["input_id"] == "q1" and isinstance(result["timings"], dict)
+    assert "error" not in result and result.get("error") is None and result.get("missing", 3) == 3
+    with pytest.raises(KeyError):
+        result["traceback"]
+    document = dict(result)
+    assert document == json.loads(json.dumps(document)) and document["payload"]["reward"] == 0.25
+    assert failed.result(timeout=5)["error"]["message"] == "boom" and failed.result(5)["status_code"] == 500
+    assert item.result is not None and item.result["rewards"] == [0.75]
