@@ -10,18 +10,28 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import importlib
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from rollout_contract import Status
+from trainer_client._batch import BatchItem
 from trainer_client._client import RolloutClient
-from trainer_client._exceptions import RolloutError
+from trainer_client._exceptions import RolloutError, SubmitError
 from trainer_client._results import ClientResult, TokenTrace
 from trainer_client.backends._rollouts import group_input_id, wait_for_result
 
-__all__ = ["NOT_SUBMITTED", "NO_RESULT", "RolloutOutcome", "close_shared_clients", "run_rollout", "shared_client"]
+__all__ = [
+    "NOT_SUBMITTED",
+    "NO_RESULT",
+    "RolloutOutcome",
+    "close_shared_clients",
+    "load_function",
+    "run_rollout",
+    "shared_client",
+]
 
 #: Outcome status of a rollout the dispatch queue refused (or the client could not send).
 NOT_SUBMITTED = "not_submitted"
@@ -81,6 +91,27 @@ class RolloutOutcome:
     error: str | None
     elapsed: float
 
+    @classmethod
+    def of(cls, result: ClientResult, elapsed: float) -> RolloutOutcome:
+        """The outcome of a rollout that has its terminal ``result``."""
+        error = None
+        if result.status is not Status.SUCCEEDED:
+            error = f"{result.status.value}: {result.error.message if result.error else result.stop_reason}"
+        return cls(result.status.value, result, error, elapsed)
+
+    @classmethod
+    def of_item(cls, item: BatchItem) -> RolloutOutcome:
+        """The outcome of one item of :meth:`RolloutClient.run_batch` / ``run_groups``."""
+        if item.result is not None:
+            return cls.of(item.result, item.elapsed)
+        return cls.of_error(item.error, item.elapsed)
+
+    @classmethod
+    def of_error(cls, error: BaseException | None, elapsed: float) -> RolloutOutcome:
+        """The outcome of a rollout without a result: never submitted, or no result came."""
+        status = NOT_SUBMITTED if isinstance(error, SubmitError) else NO_RESULT
+        return cls(status, None, f"{type(error).__name__}: {error}", elapsed)
+
     @property
     def succeeded(self) -> bool:
         """The agent finished and stored its result."""
@@ -108,18 +139,27 @@ async def run_rollout(
     try:
         future = await client.invoke_async(payload, input_id=group_input_id(group), timeout=timeout_s, **overrides)
     except RolloutError as exc:
-        return RolloutOutcome(NOT_SUBMITTED, None, f"{type(exc).__name__}: {exc}", 0.0)
+        return RolloutOutcome.of_error(exc, 0.0)
     try:
         result = await wait_for_result(future, client.poll_settings.deadline_grace_s)
     except asyncio.CancelledError:
         future.cancel()
         raise
     except RolloutError as exc:
-        return RolloutOutcome(NOT_SUBMITTED, None, f"{type(exc).__name__}: {exc}", future.elapsed())
+        return RolloutOutcome.of_error(exc, future.elapsed())
     if result is None:
         message = f"no result for rollout {future.session_id} by its deadline ({timeout_s:.0f} s) plus grace"
         return RolloutOutcome(NO_RESULT, None, message, future.elapsed())
-    error = None
-    if result.status is not Status.SUCCEEDED:
-        error = f"{result.status.value}: {result.error.message if result.error else result.stop_reason}"
-    return RolloutOutcome(result.status.value, result, error, future.elapsed())
+    return RolloutOutcome.of(result, future.elapsed())
+
+
+def load_function(path: str, setting: str) -> Callable[..., Any]:
+    """Import ``module.function`` (or ``module:function``) named by the framework setting ``setting``.
+
+    Raises:
+        ValueError: ``path`` names no module.
+    """
+    module_name, _, attr = path.replace(":", ".").rpartition(".")
+    if not module_name:
+        raise ValueError(f"{setting} must be 'module.function', got {path!r}")
+    return getattr(importlib.import_module(module_name), attr)

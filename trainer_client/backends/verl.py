@@ -30,7 +30,6 @@ Registration (``agent_loop_config_path``), see the README::
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable, Mapping
 from enum import StrEnum
@@ -40,7 +39,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 
 from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S
 from trainer_client._exceptions import RolloutError
-from trainer_client.backends._shared import RolloutOutcome, run_rollout, shared_client
+from trainer_client.backends._shared import RolloutOutcome, load_function, run_rollout, shared_client
 from trainer_client.backends.assembly import TokenRow, assemble_rows
 
 __all__ = ["AgentCoreAgentLoop", "FailurePolicy", "RolloutFailedError", "default_payload", "to_outputs"]
@@ -100,7 +99,7 @@ class AgentCoreAgentLoop(AgentLoopBase):
         self.rollout_timeout_s = float(rollout_timeout_s)
         self.failure_policy = FailurePolicy(failure_policy)
         self.payload_fn: Callable[[Mapping[str, Any]], Mapping[str, Any]] = (
-            _load(payload_fn) if payload_fn else default_payload
+            load_function(payload_fn, "payload_fn") if payload_fn else default_payload
         )
         self.multiple_rows = bool(self.config.trainer.get("use_v1", True))
 
@@ -214,10 +213,3 @@ def _jsonable(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return _jsonable(value.tolist())
     return value
-
-
-def _load(path: str) -> Callable[..., Any]:
-    module_name, _, attr = path.replace(":", ".").rpartition(".")
-    if not module_name:
-        raise ValueError(f"payload_fn must be 'module.function', got {path!r}")
-    return getattr(importlib.import_module(module_name), attr)
