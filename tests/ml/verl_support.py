@@ -29,12 +29,14 @@ def tokenizer() -> PreTrainedTokenizerFast:
     return tok
 
 
-def trainer_config(use_v1: bool = True) -> Any:
+def trainer_config(
+    use_v1: bool = True, prompt_length: int = PROMPT_LENGTH, response_length: int = RESPONSE_LENGTH
+) -> Any:
     """The part of verl's trainer config agent loops read."""
     return OmegaConf.create(
         {
             "trainer": {"use_v1": use_v1},
-            "actor_rollout_ref": {"rollout": {"prompt_length": PROMPT_LENGTH, "response_length": RESPONSE_LENGTH}},
+            "actor_rollout_ref": {"rollout": {"prompt_length": prompt_length, "response_length": response_length}},
             "data": {},
         }
     )

@@ -1,0 +1,112 @@
+"""slime's hooks run GRPO groups on the real local stack: emulator, workers, stand-in model, token gateway.
+
+trainer -> dispatch queue -> dispatcher -> ACR emulator -> multi-turn agent (two model calls through its
+gateway session) -> S3 -> completion event -> token traces from the gateway -> slime ``Sample``s.
+slime's types come from tests/stand_ins/slime.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "stand_ins" / "slime"))
+
+from backends_e2e import TOO_BIG, cancel_once_submitted, gateway_traces, multiturn_stack, shared_test_client  # noqa: E402
+from slime.rollout.data_source import RolloutDataSource  # noqa: E402
+from slime.utils.types import Sample  # noqa: E402
+
+from local_stack.stack import LocalStack  # noqa: E402
+from trainer_client import RolloutClient  # noqa: E402
+from trainer_client.backends import slime as backend_slime  # noqa: E402
+
+pytestmark = pytest.mark.e2e
+
+EXP = "slime-e2e"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    with multiturn_stack(tmp_path_factory.mktemp("stack"), EXP) as running:
+        yield running
+
+
+@pytest.fixture
+def client(stack: LocalStack) -> Iterator[RolloutClient]:
+    with shared_test_client(EXP) as shared:
+        yield shared
+
+
+def _args(**overrides) -> types.SimpleNamespace:
+    settings = {
+        "agentcore_experiment": EXP,
+        "agentcore_rollout_timeout_s": 20,
+        "rollout_batch_size": 4,
+        "n_samples_per_prompt": 2,
+        "rollout_max_prompt_len": None,
+        "rollout_max_response_len": 512,
+        "rollout_temperature": 1.0,
+    }
+    return types.SimpleNamespace(**{**settings, **overrides})
+
+
+def _prompt(**script) -> Sample:
+    return Sample(prompt="Say hello.", label="hello", metadata=script)
+
+
+def test_generate_rollout_turns_a_grpo_step_into_slime_samples_for_every_status(stack: LocalStack, client):
+    # GIVEN four prompts of two samples: succeeding, raising, overrunning the 20 s deadline, refused
+    args = _args()
+    prompts = [_prompt(reward=1.0), _prompt(action="raise"), _prompt(sleep_s=120), _prompt(blob=TOO_BIG)]
+    # WHEN slime's whole-rollout hook runs the step
+    output = backend_slime.generate_rollout(args, 0, RolloutDataSource(args, prompts))
+    # THEN four groups of two come back, each sample in the shape slime trains on
+    groups = output.samples
+    assert [len(group) for group in groups] == [2, 2, 2, 2]
+    for sample in (s for group in groups for s in group):
+        assert len(sample.loss_mask) == sample.response_length == len(sample.rollout_log_probs) >= 1
+    succeeded, raised, overran, refused = groups
+    assert [s.metadata["agentcore"]["status"] for s in overran] == ["timed_out", "timed_out"]
+    assert [s.metadata["agentcore"]["status"] for s in refused] == ["dispatch_failed", "dispatch_failed"]
+    for sample in succeeded:
+        # the stand-in's chat template closes a turn with <|im_end|> where the completion ended with </s>:
+        # the second call breaks the prefix, so the sample is the last call's row, token for token
+        first, last = gateway_traces(stack, sample.metadata["agentcore"]["session_id"])
+        assert not (
+            last["prompt_token_ids"][: len(first["prompt_token_ids"]) + len(first["completion_token_ids"])]
+            == first["prompt_token_ids"] + first["completion_token_ids"]
+        )
+        assert sample.metadata["agentcore"]["rows"] == 2
+        assert sample.tokens == last["prompt_token_ids"] + last["completion_token_ids"]
+        assert sample.loss_mask == [1] * len(last["completion_token_ids"])
+        assert sample.rollout_log_probs == last["logprobs"]
+        assert (sample.status, sample.reward) == (Sample.Status.COMPLETED, 1.0)
+    for sample in raised + overran:  # both made their two calls before failing: trainable, reward 0
+        assert (sample.status, sample.reward, sample.remove_sample) == (Sample.Status.FAILED, 0.0, False)
+        assert sample.metadata["agentcore"]["rows"] == 2
+    for sample in refused:  # never ran: padding
+        assert (sample.status, sample.remove_sample, sample.loss_mask) == (Sample.Status.ABORTED, True, [0])
+    assert output.metrics == {
+        "agentcore/succeeded": 2,
+        "agentcore/agent_error": 2,
+        "agentcore/timed_out": 2,
+        "agentcore/dispatch_failed": 2,
+    }
+
+
+async def test_the_generate_hook_runs_one_sample_and_a_cancelled_task_cancels_its_rollout(stack: LocalStack, client):
+    args = _args()
+    (group,) = RolloutDataSource(args, [_prompt(reward=0.5)]).get_samples(1)
+    sample = await backend_slime.generate(args, group[0], {"temperature": 1.0, "max_new_tokens": 64})
+    assert (sample.status, sample.reward, sample.metadata["agentcore"]["rows"]) == (Sample.Status.COMPLETED, 0.5, 2)
+
+    # GIVEN a sample whose agent would run for two minutes
+    (group,) = RolloutDataSource(args, [_prompt(sleep_s=120)]).get_samples(1)
+    # WHEN slime cancels the task (abort) once the rollout is submitted
+    cancelled = await cancel_once_submitted(client, backend_slime.generate(args, group[0], {}))
+    # THEN the rollout ends as cancelled in the experiment's results
+    assert len(cancelled) == 1
