@@ -13,9 +13,9 @@ What cannot happen now goes back to the queue with a delay (:class:`~lambdas.exc
 no free session slot, the invoke budget reserved beyond the wait allowed, or a retryable ACR error.
 Final ACR errors, exhausted attempts, payloads that cannot be read or used, and start messages that
 do not parse but name a rollout of this experiment end the rollout as a ``dispatch_failed`` result that
-says why (a message that names no rollout goes to the dead-letter queue); a start message past its
-deadline ends it as ``timed_out``. Either way the trainer hears of it through the completion queue, and
-the finisher frees the slot.
+says why (a message that names no rollout goes to the dead-letter queue), as does a start message past
+its queue timeout (``QueueWaitExceeded``); the rollout's own timeout runs from its start. Either way
+the trainer hears of it through the completion queue, and the finisher frees the slot.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from lambdas._batch import ConcurrentBatchProcessor, handle_sqs_batch
 from lambdas.exceptions import AcrCallError, FinalAcrError, NoTokenError, RequeueError, RetryableAcrError
-from lambdas.finishing import DEADLINE_EXCEEDED, stop_session
+from lambdas.finishing import stop_session
 from lambdas.ledger import Admission, Recorded
 from lambdas.observability import add_metric, emit_with_dimension, logger
 from lambdas.runtime import current_runtime
@@ -63,6 +63,8 @@ QUICK_SLOT_RETRIES = 5
 SLOT_WAIT_CAP_S = 30.0
 #: Delay after losing a race with another copy of the same message.
 RACE_DELAY_S = 1.0
+#: ``ErrorInfo.type`` of a rollout that could not start within its queue timeout.
+QUEUE_WAIT_EXCEEDED = "QueueWaitExceeded"
 #: SQS refuses visibility timeouts above 12 hours.
 _MAX_VISIBILITY_S = 12 * 3600
 _NOT_FOUND = frozenset({"NoSuchKey", "404", "NotFound"})
@@ -74,7 +76,6 @@ class DispatchOutcome(StrEnum):
     INVOKED = "invoked"
     ALREADY_STARTED = "already_started"  # running or finished: a redelivery
     RESULT_EXISTS = "result_exists"  # ended before it started (cancelled, ...)
-    TIMED_OUT = "timed_out"  # its deadline passed in the queue
     FAILED = "failed"  # dispatch_failed result written
     ENDED_WHILE_STARTING = "ended_while_starting"  # cancelled or timed out during the invoke; stopped
     CANCELLED = "cancelled"  # cancelled result written
@@ -122,10 +123,13 @@ def dispatch(request: DispatchRequest, *, receive_count: int, rt: Runtime) -> Di
     if not new and rt.store.exists(request.key):
         return DispatchOutcome.RESULT_EXISTS
     now = rt.clock()
-    if now >= request.deadline_at:
-        error = ErrorInfo(type=DEADLINE_EXCEEDED, message=f"not started within timeout_s={request.timeout_s:g}")
-        _end(request, Status.TIMED_OUT, error, rt, dispatched_at=None)
-        return DispatchOutcome.TIMED_OUT
+    if now >= request.start_by:
+        error = ErrorInfo(
+            type=QUEUE_WAIT_EXCEEDED,
+            message=f"not started within queue_timeout_s={request.queue_timeout_s:g}: no free session or invoke "
+            "capacity in time; raise the quotas or the queue timeout, or submit fewer at once",
+        )
+        return _fail(request, error, rt, dispatched_at=None)
     if receive_count >= rt.resources.dispatch_queue.max_receive_count:
         error = ErrorInfo(type="DispatchAttemptsExhausted", message=f"not started after {receive_count} receives")
         return _fail(request, error, rt, dispatched_at=record.dispatched_at)
@@ -135,7 +139,7 @@ def dispatch(request: DispatchRequest, *, receive_count: int, rt: Runtime) -> Di
         return _fail(request, _payload_error(request, exc), rt, dispatched_at=None)
     owner = uuid.uuid4().hex
     _admit(request, record, owner=owner, now=now, receive_count=receive_count, rt=rt)
-    return _invoke(request, payload, owner=owner, rt=rt)
+    return _invoke(request, payload, owner=owner, deadline_at=request.run_deadline(now), rt=rt)
 
 
 def _record(request: DispatchRequest, receive_count: int, rt: Runtime) -> Recorded:
@@ -159,8 +163,8 @@ def _admit(
     if record.state is SessionState.QUEUED:
         admission = rt.ledger.admit(request.session_id, owner=owner, lease_until=lease_until)
         if admission is Admission.NO_SLOT:
-            # Never wait past the deadline: the next receive ends a rollout that never got a slot as timed_out.
-            wait = min(slot_wait_delay_s(receive_count), max(RACE_DELAY_S, request.deadline_at - now))
+            # Never wait past the start limit: the next receive ends a rollout that never got a slot.
+            wait = min(slot_wait_delay_s(receive_count), max(RACE_DELAY_S, request.start_by - now))
             raise RequeueError("no free session slot", wait)
         if admission is Admission.STATE_CHANGED:
             raise RequeueError("the rollout changed state meanwhile", RACE_DELAY_S)
@@ -175,15 +179,17 @@ def _admit(
     logger.warning("took over a rollout whose dispatcher stopped", extra={"session_id": request.session_id})
 
 
-def _invoke(request: DispatchRequest, payload: dict[str, Any], *, owner: str, rt: Runtime) -> DispatchOutcome:
-    """Invoke an admitted rollout in a reserved TPS slot and record the outcome."""
+def _invoke(
+    request: DispatchRequest, payload: dict[str, Any], *, owner: str, deadline_at: float, rt: Runtime
+) -> DispatchOutcome:
+    """Invoke an admitted rollout in a reserved TPS slot and record the outcome; its deadline is ``deadline_at``."""
     ledger, session_id = rt.ledger, request.session_id
     try:
         slot_start = rt.acr.reserve_invoke()
     except NoTokenError as exc:
         ledger.release_to_queued(session_id, owner=owner)
         raise RequeueError("invoke budget reserved beyond the invoke horizon", exc.retry_after_s) from exc
-    attempts = ledger.mark_invoking(session_id, owner=owner, dispatched_at=slot_start)
+    attempts = ledger.mark_invoking(session_id, owner=owner, dispatched_at=slot_start, deadline_at=deadline_at)
     if attempts is None:
         raise RequeueError("another dispatcher took the rollout over", RACE_DELAY_S)
     invoke_payload = request.invoke_payload(payload, rt.settings.results_bucket)

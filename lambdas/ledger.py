@@ -282,22 +282,27 @@ class Ledger:
             },
         )
 
-    def mark_invoking(self, session_id: str, *, owner: str, dispatched_at: float) -> int | None:
-        """Count an invoke attempt by ``owner``; return the attempts so far, or ``None`` if it lost the lease."""
+    def mark_invoking(self, session_id: str, *, owner: str, dispatched_at: float, deadline_at: float) -> int | None:
+        """Count an invoke attempt by ``owner`` and set the rollout's deadline (its timeout runs from the start).
+
+        Returns the attempts so far, or ``None`` if ``owner`` lost the lease.
+        """
         try:
             response = self._dynamodb.update_item(
                 TableName=self._sessions,
                 Key=_key(session_id),
-                UpdateExpression="SET #dispatched = :at ADD #attempts :one",
+                UpdateExpression="SET #dispatched = :at, #deadline = :deadline ADD #attempts :one",
                 ConditionExpression="#state = :admitted AND #owner = :owner",
                 ExpressionAttributeNames={
                     "#dispatched": ATTR_DISPATCHED_AT,
+                    "#deadline": ATTR_DEADLINE_AT,
                     "#attempts": ATTR_ATTEMPTS,
                     "#state": ATTR_STATE,
                     "#owner": ATTR_LEASE_OWNER,
                 },
                 ExpressionAttributeValues={
                     ":at": _n(dispatched_at),
+                    ":deadline": _n(deadline_at),
                     ":one": _n(1),
                     ":admitted": _s(SessionState.ADMITTED),
                     ":owner": _s(owner),

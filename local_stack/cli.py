@@ -39,6 +39,17 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "--dispatcher-environments", type=int, default=2, help="dispatcher worker processes per experiment (2)"
     )
     up.add_argument("--sweep-interval", type=float, default=5.0, help="seconds between sweeper runs (5)")
+    quota = up.add_argument_group("quotas (ACR's defaults unless given)")
+    quota.add_argument(
+        "--invoke-tps", type=float, help="emulator: invokes (and stops) per second per runtime; dispatchers budget it"
+    )
+    quota.add_argument(
+        "--max-sessions", type=int, help="emulator: active sessions at most; the dispatchers' session budget too"
+    )
+    quota.add_argument(
+        "--tps-limit", type=float, help="dispatchers' invoke budget if not --invoke-tps (to test a mismatch)"
+    )
+    quota.add_argument("--session-budget", type=int, help="dispatchers' session budget if not --max-sessions")
     up.set_defaults(func=_up)
 
     down = actions.add_parser("down", help="stop the local stack")
@@ -156,6 +167,12 @@ def _up(args: argparse.Namespace) -> int:
             workers=not args.no_workers,
             dispatcher_environments=args.dispatcher_environments,
             sweep_interval_s=args.sweep_interval,
+            **quota_settings(
+                invoke_tps=args.invoke_tps,
+                max_sessions=args.max_sessions,
+                tps_limit=args.tps_limit,
+                session_budget=args.session_budget,
+            ),
         )
     except ValueError as exc:
         print(f"rollouts local up: {exc}", file=sys.stderr)
@@ -165,6 +182,42 @@ def _up(args: argparse.Namespace) -> int:
     (stack.run_dir / STATE_FILE).write_text(json.dumps(stack.state(), indent=2))
     _print_state(stack.state())
     return 0
+
+
+def quota_settings(
+    *,
+    invoke_tps: float | None = None,
+    max_sessions: int | None = None,
+    tps_limit: float | None = None,
+    session_budget: int | None = None,
+) -> dict[str, Any]:
+    """``StackSettings`` fields for the emulator's quotas and the dispatchers' budgets (these follow the quotas).
+
+    Raises:
+        ValueError: a value that is not positive.
+    """
+    from local_stack.stack import EXAMPLE_AGENT_PRELOAD
+
+    for name, value in (
+        ("--invoke-tps", invoke_tps),
+        ("--max-sessions", max_sessions),
+        ("--tps-limit", tps_limit),
+        ("--session-budget", session_budget),
+    ):
+        if value is not None and not value > 0:
+            raise ValueError(f"{name} must be positive, got {value}")
+    runtime: dict[str, Any] = {"preload": EXAMPLE_AGENT_PRELOAD}
+    emulator: dict[str, Any] = {}
+    if invoke_tps is not None:
+        runtime["invoke_tps"] = invoke_tps
+    if max_sessions is not None:
+        emulator["max_active_sessions"] = max_sessions
+    return {
+        "runtime_options": runtime,
+        "emulator_options": emulator,
+        "tps_limit": tps_limit if tps_limit is not None else invoke_tps,
+        "session_budget": session_budget if session_budget is not None else max_sessions,
+    }
 
 
 def _down(args: argparse.Namespace) -> int:

@@ -115,6 +115,8 @@ class StackSettings:
     def __post_init__(self) -> None:
         if not self.experiments:
             raise ValueError("give at least one experiment id")
+        if not self.sweep_interval_s > 0:
+            raise ValueError(f"sweep_interval_s must be a positive number of seconds, got {self.sweep_interval_s}")
         if self.dispatcher_environments < 1:
             raise ValueError(f"dispatcher_environments must be at least 1, got {self.dispatcher_environments}")
         for exp_id in self.experiments:

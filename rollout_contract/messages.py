@@ -16,6 +16,9 @@ from rollout_contract.results import ROLLOUT_FIELD
 #: SQS accepts 256 KiB per message (moto too); larger payloads travel by S3 reference.
 SQS_MAX_INLINE_PAYLOAD_BYTES = 240 * 1024
 SAVE_FIELDS = ("exp_id", "input_id", "s3_bucket")
+#: Seconds a rollout may wait for capacity (a session slot, an invoke slot) before it starts; its
+#: ``timeout_s`` runs from the start, not from the submit.
+DEFAULT_QUEUE_TIMEOUT_S = 3600.0
 #: The ``status`` of an agent's immediate answer to ``/invocations`` (ART's).
 PROCESSING = "processing"
 
@@ -135,7 +138,10 @@ class DispatchRequest(_QueueMessage):
 
     Exactly one of ``payload`` (inline) and ``payload_ref`` (key of the payload in the results bucket)
     is set. ``rollout`` holds the ``_rollout`` fields beyond the save target (``base_url``, ``model_id``,
-    ``sampling_params``, ...). The rollout's deadline is ``submitted_at + timeout_s``.
+    ``sampling_params``, ...). Two limits: the rollout must start (be invoked) by ``start_by`` =
+    ``submitted_at + queue_timeout_s``, or it ends as ``dispatch_failed`` (``QueueWaitExceeded``); once
+    started, it may run ``timeout_s``, after which the sweeper ends it as ``timed_out``. Waiting for
+    capacity does not spend ``timeout_s``.
     """
 
     kind: Literal["start"] = "start"
@@ -144,11 +150,21 @@ class DispatchRequest(_QueueMessage):
     rollout: dict[str, Any] = Field(default_factory=dict)
     submitted_at: float = Field(default_factory=time.time)
     timeout_s: float = Field(gt=0, allow_inf_nan=False)
+    queue_timeout_s: float = Field(default=DEFAULT_QUEUE_TIMEOUT_S, gt=0, allow_inf_nan=False)
+
+    @property
+    def start_by(self) -> float:
+        """Unix time after which a rollout that has not started ends as ``dispatch_failed``."""
+        return self.submitted_at + self.queue_timeout_s
 
     @property
     def deadline_at(self) -> float:
-        """Unix time after which the sweeper ends the rollout as ``timed_out``."""
-        return self.submitted_at + self.timeout_s
+        """Unix time by which the rollout has ended at the latest (started at ``start_by``, ran ``timeout_s``)."""
+        return self.start_by + self.timeout_s
+
+    def run_deadline(self, started_at: float) -> float:
+        """Unix time after which the sweeper ends the rollout, when it started at ``started_at``."""
+        return started_at + self.timeout_s
 
     def invoke_payload(self, payload: dict[str, Any], s3_bucket: str) -> dict[str, Any]:
         """Return the agent payload: ``payload`` with ``_rollout`` holding the save target and model fields."""

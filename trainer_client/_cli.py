@@ -21,7 +21,7 @@ from typing import Any
 from botocore.exceptions import EndpointConnectionError, NoCredentialsError, NoRegionError
 
 from rollout_contract import InvalidIdError, Status, new_session_id
-from rollout_contract.messages import validate_timeout_s
+from rollout_contract.messages import DEFAULT_QUEUE_TIMEOUT_S, validate_timeout_s
 from trainer_client._client import RolloutClient
 from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S, PollSettings
 from trainer_client._exceptions import RolloutError
@@ -77,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--timeout", type=_positive_float, default=DEFAULT_ROLLOUT_TIMEOUT_S, help="seconds per rollout (900)"
     )
+    run.add_argument(
+        "--queue-timeout",
+        type=_positive_float,
+        default=DEFAULT_QUEUE_TIMEOUT_S,
+        help="seconds a rollout may wait for capacity before it starts (3600); --timeout runs from the start",
+    )
     run.add_argument("--samples", type=_positive_int, default=1, help="rollouts per row, grouped by input id (1)")
     run.add_argument("--input-id-field", help="take each row's input id from this field (default: generated)")
     run.add_argument("--model-id", help="_rollout.model_id for every rollout")
@@ -116,9 +122,9 @@ def _add_experiment(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--poll-wait", type=int, default=20, help=argparse.SUPPRESS)
 
 
-def _connect(args: argparse.Namespace) -> RolloutClient:
+def _connect(args: argparse.Namespace, **options: Any) -> RolloutClient:
     return RolloutClient.for_experiment(
-        args.experiment, region=args.region, poll=PollSettings(wait_time_s=args.poll_wait)
+        args.experiment, region=args.region, poll=PollSettings(wait_time_s=args.poll_wait), **options
     )
 
 
@@ -128,7 +134,7 @@ def _eval(args: argparse.Namespace) -> int:
     payloads = [row for row in rows for _ in range(args.samples)]
     overrides = {"model_id": args.model_id} if args.model_id else {}
     progress = RolloutProgress(len(payloads))
-    with _connect(args) as client, args.output.open("w", encoding="utf-8") as out:
+    with _connect(args, queue_timeout=args.queue_timeout) as client, args.output.open("w", encoding="utf-8") as out:
         items = client.run_batch(
             payloads, args.concurrency, args.timeout, input_ids=input_ids, journal=args.journal, **overrides
         )

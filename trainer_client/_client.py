@@ -29,7 +29,7 @@ from rollout_contract import (
     validate_input_id,
     validate_session_id,
 )
-from rollout_contract.messages import SQS_MAX_INLINE_PAYLOAD_BYTES, validate_timeout_s
+from rollout_contract.messages import DEFAULT_QUEUE_TIMEOUT_S, SQS_MAX_INLINE_PAYLOAD_BYTES, validate_timeout_s
 from trainer_client._aws import AwsClients, aws_call, load_descriptor, not_found_message
 from trainer_client._batch import BatchItem, iter_batch, iter_batch_async
 from trainer_client._config import (
@@ -91,6 +91,9 @@ class RolloutClient:
         poll: completion poller settings.
         traces: trace reading settings.
         gateway_transport: an ``httpx`` transport for the gateway (tests).
+        queue_timeout: seconds a rollout may wait for capacity (session and invoke budgets) before it
+            starts; past it, it ends as ``dispatch_failed`` (``QueueWaitExceeded``). Its ``timeout`` runs
+            from the start, so a backlog drains at the quota's pace instead of timing out.
         **extra_config: ``sampling_params``, ``api_key``, ``rollout_config`` (see :class:`RolloutOptions`).
 
     Raises:
@@ -120,10 +123,12 @@ class RolloutClient:
         poll: PollSettings = DEFAULT_POLL,
         traces: TraceSettings = DEFAULT_TRACES,
         gateway_transport: httpx.BaseTransport | None = None,
+        queue_timeout: float = DEFAULT_QUEUE_TIMEOUT_S,
         **extra_config: Unpack[RolloutOptions],
     ) -> None:
         rollout = rollout_fields({"base_url": base_url, "model_id": model_id, **extra_config}, "RolloutClient()")
         self.exp_id = validate_exp_id(exp_id)
+        self.queue_timeout = validate_timeout_s(queue_timeout, "queue_timeout")
         self.agent_runtime_arn = agent_runtime_arn
         self.s3_bucket = s3_bucket
         self.tps_limit = tps_limit
@@ -200,7 +205,7 @@ class RolloutClient:
             payload: the agent's payload (a JSON object).
             session_id: the rollout id (default: a new uuid4); 33-256 key-safe characters.
             input_id: the group (prompt) id (default: the session id, a group of one).
-            timeout: seconds the rollout may run; after that the sweeper ends it as ``timed_out``.
+            timeout: seconds the rollout may run once started; after that the sweeper ends it as ``timed_out``.
             **overrides: ``_rollout`` fields for this rollout only: ``base_url``, ``model_id``,
                 ``sampling_params``, ``api_key``, and any others in the mapping ``rollout_config``.
 
@@ -287,6 +292,7 @@ class RolloutClient:
             payload=payload,
             rollout=rollout,
             timeout_s=timeout,
+            queue_timeout_s=self.queue_timeout,
         )
         if len(request.to_body().encode()) <= SQS_MAX_INLINE_PAYLOAD_BYTES:
             return request

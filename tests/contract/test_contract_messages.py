@@ -78,7 +78,7 @@ def test_dispatch_request_round_trips_and_builds_the_agent_payload():
     agent_payload = parsed.invoke_payload(parsed.payload, "bucket-1")
 
     assert parsed == request
-    assert parsed.deadline_at == 160.0
+    assert (parsed.start_by, parsed.deadline_at, parsed.run_deadline(200.0)) == (3700.0, 3760.0, 260.0)
     assert agent_payload["_rollout"] == {"model_id": "m", "exp_id": "exp-1", "input_id": "q-1", "s3_bucket": "bucket-1"}
     assert RolloutSpec.from_payload(agent_payload).save_target() == ("exp-1", "q-1", "bucket-1")
 

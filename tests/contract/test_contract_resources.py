@@ -12,6 +12,7 @@ from rollout_contract.resources import ExperimentResources, HandlerSettings, res
 def test_every_resource_name_of_an_experiment_carries_its_id_and_two_experiments_never_collide() -> None:
     # GIVEN two experiments
     first, second = ExperimentResources.for_experiment("exp-a"), ExperimentResources.for_experiment("exp-b")
+
     # WHEN their names are listed
     def names(r: ExperimentResources) -> set[str]:
         queues = (r.dispatch_queue, r.completion_queue, r.finisher_queue)
@@ -24,6 +25,7 @@ def test_every_resource_name_of_an_experiment_carries_its_id_and_two_experiments
             r.stack_name,
             r.runtime_name,
         }
+
     # THEN each name is distinct within an experiment and across the two
     assert len(names(first)) == 11 and not names(first) & names(second)
 

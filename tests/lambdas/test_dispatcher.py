@@ -36,6 +36,17 @@ def send_and_receive(env: Env, *bodies: str) -> list[dict]:
     return env.receive(env.dispatch_queue_url)
 
 
+def reserve_budget_ahead(env: Env, seconds: float) -> None:
+    """Make the invoke budget's next free slot start ``seconds`` from now (others reserved the ones before)."""
+    env.rt.clients.dynamodb.put_item(
+        TableName=env.rt.settings.budget_table,
+        Item={
+            BUDGET_PARTITION_KEY: {"S": tps_budget_id(env.rt.settings.runtime_arn, env.rt.settings.runtime_qualifier)},
+            ATTR_NEXT_AT: {"N": str(time.time() + seconds)},
+        },
+    )
+
+
 def test_start_message_invokes_the_session_once_with_ids_and_timings(env: Env) -> None:
     # GIVEN a start message on the dispatch queue
     request = env.start_request(rollout={"base_url": "http://gateway/v1"})
@@ -289,18 +300,34 @@ def test_missing_parked_payload_ends_the_rollout_as_dispatch_failed(env: Env) ->
     assert env.rt.store.read(request.key).error.type == "PayloadNotFound"
 
 
-def test_start_message_past_its_deadline_ends_as_timed_out_without_invoking(env: Env) -> None:
-    # GIVEN a start message that waited in the queue beyond its timeout
-    request = env.start_request(timeout_s=5, submitted_at=time.time() - 10)
+def test_start_message_past_its_queue_timeout_ends_as_dispatch_failed_without_invoking(env: Env) -> None:
+    # GIVEN a start message that waited for capacity beyond its queue timeout
+    request = env.start_request(timeout_s=600, queue_timeout_s=5, submitted_at=time.time() - 10)
 
     # WHEN it is dispatched
     outcome = dispatch(request, receive_count=4, rt=env.rt)
 
-    # THEN the rollout ends as timed_out and holds no slot
-    assert outcome is DispatchOutcome.TIMED_OUT
+    # THEN the rollout ends as dispatch_failed with its own reason, and holds no slot
+    assert outcome is DispatchOutcome.FAILED
     assert env.acr.calls_of(INVOKE) == []
-    assert env.rt.store.read(request.key).status is Status.TIMED_OUT
+    result = env.rt.store.read(request.key)
+    assert (result.status, result.error.type) == (Status.DISPATCH_FAILED, dispatcher.QUEUE_WAIT_EXCEEDED)
     assert env.rt.ledger.slots_held() == (0, 0)
+
+
+def test_time_waiting_for_capacity_does_not_spend_the_rollout_timeout(env: Env) -> None:
+    # GIVEN a rollout that waited in the queue longer than its timeout, but within its queue timeout
+    request = env.start_request(timeout_s=5, submitted_at=time.time() - 10)
+
+    # WHEN it is dispatched
+    before = time.time()
+    outcome = dispatch(request, receive_count=4, rt=env.rt)
+
+    # THEN it starts, and its deadline runs from the start: the sweeper leaves it alone for timeout_s
+    assert outcome is DispatchOutcome.INVOKED
+    deadline_at = env.rt.ledger.get(request.session_id).deadline_at
+    assert before + 5 <= deadline_at <= time.time() + 5
+    assert list(env.rt.ledger.overdue(time.time())) == []
 
 
 def test_invoke_racing_a_cancel_stops_the_session_it_started(env: Env) -> None:
@@ -326,13 +353,7 @@ def test_invoke_racing_a_cancel_stops_the_session_it_started(env: Env) -> None:
 
 def test_invoke_budget_reserved_beyond_the_wait_requeues_and_frees_the_slot(env: Env) -> None:
     # GIVEN an invoke budget whose next free slot is a minute away (other dispatchers reserved it)
-    env.rt.clients.dynamodb.put_item(
-        TableName=env.rt.settings.budget_table,
-        Item={
-            BUDGET_PARTITION_KEY: {"S": tps_budget_id(env.rt.settings.runtime_arn, env.rt.settings.runtime_qualifier)},
-            ATTR_NEXT_AT: {"N": str(time.time() + 60)},
-        },
-    )
+    reserve_budget_ahead(env, 60)
     request = env.start_request()
 
     # WHEN the rollout is dispatched
@@ -418,11 +439,8 @@ def test_start_racing_a_cancel_that_has_not_written_its_result_is_ended_by_the_c
 
     # THEN the rollout was recorded in full (the sweeper can see it), is stopped and finished as cancelled
     record = env.rt.ledger.get(request.session_id)
-    assert (record.state, record.status, record.deadline_at) == (
-        SessionState.FINISHED,
-        Status.CANCELLED.value,
-        request.deadline_at,
-    )
+    assert (record.state, record.status) == (SessionState.FINISHED, Status.CANCELLED.value)
+    assert request.submitted_at + request.timeout_s <= record.deadline_at <= time.time() + request.timeout_s
     assert [c.session_id for c in env.acr.calls_of(STOP)] == [request.session_id]
     assert env.rt.ledger.slots_held() == (0, 0)
 
@@ -495,13 +513,7 @@ def test_payload_whose_rollout_block_is_not_an_object_ends_as_dispatch_failed_wi
 
 def test_stops_come_before_new_invokes_in_the_invoke_budget(env: Env) -> None:
     # GIVEN an invoke budget reserved 1.5 s ahead (stops waiting for their slots)
-    env.rt.clients.dynamodb.put_item(
-        TableName=env.rt.settings.budget_table,
-        Item={
-            BUDGET_PARTITION_KEY: {"S": tps_budget_id(env.rt.settings.runtime_arn, env.rt.settings.runtime_qualifier)},
-            ATTR_NEXT_AT: {"N": str(time.time() + 1.5)},
-        },
-    )
+    reserve_budget_ahead(env, 1.5)
     request = env.start_request()
 
     # WHEN a new rollout is dispatched and a finished session is stopped

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import httpx
 import pytest
 
 from local_stack._process import ProcessStartError, group_alive
+from local_stack.cli import add_commands, quota_settings
 from local_stack.stack import EXAMPLE_AGENT, PROJECT_ROOT, LocalStack, StackSettings
 from rollout_contract import ExperimentDescriptor, ExperimentResources
 
@@ -202,3 +204,41 @@ def test_ctrl_c_stops_every_process_of_a_running_stack(tmp_path: Path) -> None:
         program.communicate()
     # THEN all of the stack's processes are gone
     assert all(_group_gone(pid) for pid in pids)
+
+
+def test_local_up_quota_flags_set_the_emulator_quotas_and_the_dispatchers_budgets(tmp_path: Path) -> None:
+    # GIVEN `rollouts local up --invoke-tps 5 --max-sessions 20` as settings
+    parser = argparse.ArgumentParser()
+    add_commands(parser.add_subparsers())
+    args = parser.parse_args(["local", "up", "--invoke-tps", "5", "--max-sessions", "20"])
+    stack = LocalStack(
+        StackSettings(
+            run_dir=tmp_path,
+            **quota_settings(invoke_tps=args.invoke_tps, max_sessions=args.max_sessions),
+        )
+    )
+    stack.moto_url = "http://127.0.0.1:5000"
+    # WHEN the emulator's config and a dispatcher worker's command line are built
+    config = stack.emulator_config()
+    argv = stack._worker_process("demo", {}, "worker-demo-dispatcher-0", ("dispatcher",)).argv
+    # THEN the emulator enforces the quotas, and the dispatchers budget for exactly them
+    assert config["max_active_sessions"] == 20
+    assert config["runtimes"][0]["invoke_tps"] == 5
+    assert config["runtimes"][0]["preload"]
+    assert argv[argv.index("--tps-limit") + 1] == "5.0"
+    assert argv[argv.index("--session-budget") + 1] == "20"
+
+
+@pytest.mark.parametrize("flags", [["--invoke-tps", "0"], ["--max-sessions", "-1"], ["--sweep-interval", "0"]])
+def test_local_up_refuses_quotas_and_intervals_that_are_not_positive(tmp_path: Path, flags: list[str]) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", CLI, "local", "up", "--run-dir", str(tmp_path), *flags],
+        capture_output=True,
+        text=True,
+        cwd=PROJECT_ROOT,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "must be positive" in result.stderr or "must be a positive" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "state.json").exists()

@@ -72,9 +72,9 @@ async def test_run_batch_async_yields_items_without_blocking_the_loop(client, ba
 def test_batch_item_fails_locally_when_no_result_comes_after_the_deadline(descriptor, backend):
     # GIVEN a client whose grace after the deadline is short, and an agent that never writes a result
     poll = PollSettings(wait_time_s=1, deadline_grace_s=0.2)
-    with RolloutClient.from_descriptor(descriptor, poll=poll) as client:
-        # WHEN a rollout with a 0.3 s deadline runs
-        (item,) = list(client.run_batch([{}], max_concurrent_sessions=1, timeout=0.3))
+    with RolloutClient.from_descriptor(descriptor, poll=poll, queue_timeout=0.2) as client:
+        # WHEN a rollout runs whose deadline is 0.3 s away at the latest (0.2 s to start, then 0.1 s)
+        (item,) = list(client.run_batch([{}], max_concurrent_sessions=1, timeout=0.1))
 
     # THEN its item fails with a timeout error after about deadline + grace
     assert not item.success and item.result is None

@@ -163,3 +163,14 @@ def test_pending_futures_fail_after_the_store_is_gone_for_the_allowed_time_and_i
     assert len(warnings) == 1
     assert not any(r.exc_info for r in caplog.records)
     assert unreachable.calls <= 4  # backed off: 1 s, 2 s, ... not once a second
+
+
+def test_the_queue_timeout_travels_with_each_request_and_bounds_the_future_deadline(descriptor, backend, fast_poll):
+    with RolloutClient.from_descriptor(descriptor, poll=fast_poll, queue_timeout=120) as client:
+        future = client.invoke({"q": 1}, timeout=30)
+        (request,) = backend.serve(1)
+        assert (request.timeout_s, request.queue_timeout_s) == (30, 120)
+        assert future.deadline_at == request.submitted_at + 150
+        future.result(timeout=10)
+    with pytest.raises(ValueError, match="queue_timeout"):
+        RolloutClient.from_descriptor(descriptor, queue_timeout=math.inf)
