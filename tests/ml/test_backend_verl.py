@@ -160,7 +160,7 @@ class _FakeClient:
         self.res = res
         self.calls: list[tuple[dict[str, Any], str, float, dict[str, Any]]] = []
 
-    async def invoke_async(self, payload, input_id=None, timeout=0.0, **overrides):
+    async def invoke_async(self, payload, session_id=None, input_id=None, timeout=0.0, **overrides):
         self.calls.append((payload, input_id, timeout, overrides))
         future = RolloutFuture(ResultKey(EXP, input_id, self.res.session_id), "b", deadline_at=time.time() + timeout)
         future.set_result(self.res)

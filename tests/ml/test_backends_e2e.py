@@ -33,8 +33,8 @@ from rllm_engine import run_one  # noqa: E402
 from local_stack.stack import LocalStack, StackSettings  # noqa: E402
 from rollout_contract import RolloutResult, Status  # noqa: E402
 from trainer_client import PollSettings, RolloutClient  # noqa: E402
-from trainer_client.backends import art  # noqa: E402
 from trainer_client.backends import rllm as backend_rllm  # noqa: E402
+from trainer_client.backends._shared import close_shared_clients  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -58,7 +58,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         for name, value in running.env.items():
             env.setenv(name, value)
         yield running
-        art.reset_clients()
+        close_shared_clients()
 
 
 def _session_url(stack: LocalStack, session_id: str) -> str:

@@ -9,6 +9,7 @@ import asyncio
 import functools
 import os
 import sys
+import threading
 import types
 from pathlib import Path
 
@@ -157,6 +158,39 @@ async def test_cancelling_execute_tasks_cancels_the_rollout(descriptor, backend:
         (cancel,) = await asyncio.to_thread(backend.receive, 1)
         assert isinstance(cancel, CancelRequest) and cancel.session_id == sub.session_id
     finally:
+        runtime.shutdown()
+
+
+async def test_cancelling_execute_tasks_while_its_request_is_sent_still_cancels_the_rollout(
+    descriptor, backend: Backend, monkeypatch: pytest.MonkeyPatch
+):
+    # GIVEN rLLM's call cancelled while the dispatch request is being sent (from a thread)
+    runtime = _runtime()
+    runtime.initialize()
+    sending, cancelled = threading.Event(), threading.Event()
+    invoke = runtime._client.invoke
+
+    def slow_invoke(*args, **kwargs):
+        sending.set()
+        cancelled.wait(10)
+        return invoke(*args, **kwargs)
+
+    monkeypatch.setattr(runtime._client, "invoke", slow_invoke)
+    sub = TaskSubmission(task={"q": 1}, session_id="d" * 36, task_id="q", inference_url=_session_url("d" * 36))
+    task = asyncio.ensure_future(runtime.execute_tasks([sub], timeout=60))
+    try:
+        assert await asyncio.to_thread(sending.wait, 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # WHEN the request does leave
+        cancelled.set()
+        # THEN the rollout's cancel follows it
+        messages = await asyncio.to_thread(backend.receive, 2)
+        assert [type(m) for m in messages] == [DispatchRequest, CancelRequest]
+        assert {m.session_id for m in messages} == {sub.session_id}
+    finally:
+        cancelled.set()
         runtime.shutdown()
 
 

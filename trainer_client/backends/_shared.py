@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import importlib
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from rollout_contract import Status
 from trainer_client._batch import BatchItem
 from trainer_client._client import RolloutClient
 from trainer_client._exceptions import RolloutError, SubmitError
+from trainer_client._future import RolloutFuture
 from trainer_client._results import ClientResult, TokenTrace
 from trainer_client.backends._rollouts import group_input_id, wait_for_result
 
@@ -27,6 +29,7 @@ __all__ = [
     "NOT_SUBMITTED",
     "NO_RESULT",
     "RolloutOutcome",
+    "cancel_quietly",
     "close_shared_clients",
     "load_function",
     "run_rollout",
@@ -37,6 +40,8 @@ __all__ = [
 NOT_SUBMITTED = "not_submitted"
 #: Outcome status of a rollout with no result by its deadline plus the poller's grace.
 NO_RESULT = "no_result"
+
+logger = logging.getLogger("trainer_client.backends")
 
 _lock = threading.Lock()
 _clients: dict[tuple[str, str | None, str | None], RolloutClient] = {}
@@ -133,17 +138,31 @@ async def run_rollout(
     payload: Mapping[str, Any],
     group: object,
     timeout_s: float,
+    *,
+    session_id: str | None = None,
     **overrides: Any,
 ) -> RolloutOutcome:
-    """Submit one rollout in GRPO group ``group`` and await its result; cancelling the caller cancels it."""
+    """Submit one rollout in GRPO group ``group`` and await its result; cancelling the caller cancels it.
+
+    ``session_id`` is the rollout's id when the framework chose it (default: a new one). A caller cancelled
+    while the request is being sent still cancels the rollout, once it is sent.
+    """
+    sending = asyncio.ensure_future(
+        client.invoke_async(
+            payload, session_id=session_id, input_id=group_input_id(group), timeout=timeout_s, **overrides
+        )
+    )
     try:
-        future = await client.invoke_async(payload, input_id=group_input_id(group), timeout=timeout_s, **overrides)
+        future = await asyncio.shield(sending)
+    except asyncio.CancelledError:
+        sending.add_done_callback(_cancel_once_sent)
+        raise
     except RolloutError as exc:
         return RolloutOutcome.of_error(exc, 0.0)
     try:
         result = await wait_for_result(future, client.poll_settings.deadline_grace_s)
     except asyncio.CancelledError:
-        future.cancel()
+        cancel_quietly(future)
         raise
     except RolloutError as exc:
         return RolloutOutcome.of_error(exc, future.elapsed())
@@ -151,6 +170,19 @@ async def run_rollout(
         message = f"no result for rollout {future.session_id} by its deadline ({timeout_s:.0f} s) plus grace"
         return RolloutOutcome(NO_RESULT, None, message, future.elapsed())
     return RolloutOutcome.of(result, future.elapsed())
+
+
+def cancel_quietly(future: RolloutFuture) -> None:
+    """Cancel a rollout; a cancel request the queue refuses is logged (the deadline still ends the rollout)."""
+    try:
+        future.cancel()
+    except RolloutError as exc:
+        logger.warning("could not cancel rollout %s: %s", future.session_id, exc)
+
+
+def _cancel_once_sent(sending: asyncio.Future[RolloutFuture]) -> None:
+    if not sending.cancelled() and sending.exception() is None:
+        cancel_quietly(sending.result())
 
 
 def load_function(path: str, setting: str) -> Callable[..., Any]:

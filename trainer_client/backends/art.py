@@ -23,16 +23,13 @@ either task shape ART's loops build:
 
 The dump: ``task_output`` is the stored result plus a scalar ``reward`` (what ART's loops read),
 ``reward`` the scalar reward, ``metrics`` the numeric entries of the agent's ``metrics``, ``exception`` the
-status and error of any status but ``succeeded``. ``shutdown`` cancels a rollout still running (ART's
-loops leave the session on their own timeout); a finished one's session was already stopped by the finisher.
+status and error of any status but ``succeeded``. A ``run`` cancelled by the loop's own timeout cancels its
+rollout; a finished rollout's session was already stopped by the finisher.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import math
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,41 +38,14 @@ from agentcore_rl_toolkit.rollout_session.errors import RolloutContractError
 from agentcore_rl_toolkit.rollout_session.lifecycle import RolloutSession
 from agentcore_rl_toolkit.rollout_session.wire import RolloutDumpResponse
 
-from rollout_contract import validate_session_id
-from trainer_client._client import RolloutClient
+from rollout_contract import ResultKey, validate_session_id
 from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S
-from trainer_client._exceptions import RolloutError
-from trainer_client._future import RolloutFuture
+from trainer_client._exceptions import DispatchError
 from trainer_client._results import ClientResult
-from trainer_client.backends._rollouts import group_input_id, wait_for_result
+from trainer_client.backends._rollouts import group_input_id
+from trainer_client.backends._shared import NO_RESULT, run_rollout, shared_client
 
-__all__ = ["AgentCoreEventsSession", "reset_clients", "to_dump"]
-
-logger = logging.getLogger("trainer_client.backends.art")
-
-# ART builds a session per rollout; the client (its poller thread, its connections) is per process and
-# experiment. ART's loops run sessions on one event loop, but a process may hold several loops.
-_CLIENTS: dict[tuple[str, str | None], RolloutClient] = {}
-_CLIENTS_LOCK = threading.Lock()
-
-
-def _client(experiment: str, region: str | None) -> RolloutClient:
-    with _CLIENTS_LOCK:
-        client = _CLIENTS.get((experiment, region))
-        if client is None:
-            # The token gateway is ART's: base_url comes with each task, never a session of ours.
-            client = RolloutClient.for_experiment(experiment, region=region, gateway_url=None)
-            _CLIENTS[(experiment, region)] = client
-        return client
-
-
-def reset_clients() -> None:
-    """Close and forget every process-wide client (tests; a process that switches experiments)."""
-    with _CLIENTS_LOCK:
-        clients = list(_CLIENTS.values())
-        _CLIENTS.clear()
-    for client in clients:
-        client.close()
+__all__ = ["AgentCoreEventsSession", "to_dump"]
 
 
 class AgentCoreEventsSession(RolloutSession):
@@ -105,8 +75,9 @@ class AgentCoreEventsSession(RolloutSession):
         self.session_id = validate_session_id(session_id)
         self.session_state = session_state
         self.timeout_s = timeout_s
-        self._client = _client(experiment, region)
-        self._future: RolloutFuture | None = None
+        # One client per process and experiment (ART builds a session per rollout). The token gateway
+        # is ART's: base_url comes with each task, never a session of ours.
+        self._client = shared_client(experiment, region=region, gateway_url=None)
 
     async def __aenter__(self) -> AgentCoreEventsSession:
         return self
@@ -120,37 +91,32 @@ class AgentCoreEventsSession(RolloutSession):
     async def run(self, task: dict) -> RolloutDumpResponse:
         """Run the rollout and return its dump once its result event arrives.
 
+        Cancelling the call (ART's loop timing out) cancels the rollout.
+
         Raises:
             RolloutContractError: a task whose ``payload`` is not a dict (every rollout of the run would fail).
-            SubmitError: the dispatch queue refused the rollout.
+            DispatchError: the dispatch queue refused the rollout.
             TimeoutError: no result, not even the sweeper's ``timed_out``, long after the deadline.
         """
         payload, group, rollout = _request(task)
-        input_id = group_input_id(group) if group is not None else None
         client = self._client
-        (future,) = await asyncio.to_thread(
-            client.submit, [(payload, input_id)], session_ids=[self.session_id], timeout=self.timeout_s, **rollout
-        )
-        self._future = future
+        input_id = group_input_id(group) if group is not None else self.session_id
         await self.session_state.update(
-            {"exp_id": client.exp_id, "result_key": future.result_key, "result_s3_bucket": client.s3_bucket}
+            {
+                "exp_id": client.exp_id,
+                "result_key": str(ResultKey(client.exp_id, input_id, self.session_id)),
+                "result_s3_bucket": client.s3_bucket,
+            }
         )
-        result = await wait_for_result(future, client.poll_settings.deadline_grace_s)
-        if result is None:
-            raise TimeoutError(
-                f"no result for rollout {self.session_id} by its deadline ({self.timeout_s:.0f} s) plus grace"
-            )
-        return to_dump(result)
+        outcome = await run_rollout(client, payload, input_id, self.timeout_s, session_id=self.session_id, **rollout)
+        if outcome.result is not None:
+            return to_dump(outcome.result)
+        if outcome.status == NO_RESULT:
+            raise TimeoutError(f"rollout {self.session_id}: {outcome.error}")
+        raise DispatchError(f"rollout {self.session_id} was not submitted: {outcome.error}")
 
     async def shutdown(self) -> None:
-        """Cancel the rollout if it is still running. Idempotent; never raises (teardown keeps the real error)."""
-        future, self._future = self._future, None
-        if future is None or future.done():
-            return
-        try:
-            await asyncio.to_thread(future.cancel)
-        except RolloutError as exc:
-            logger.warning("could not cancel rollout %s: %s", self.session_id, exc)
+        """Nothing to release: a finished rollout's session was stopped by the finisher, one left early cancelled."""
 
 
 def to_dump(result: ClientResult) -> RolloutDumpResponse:

@@ -45,9 +45,8 @@ from rllm.workflows.workflow import TerminationReason
 
 from rollout_contract import InvalidIdError, Status, validate_exp_id
 from trainer_client._client import RolloutClient
-from trainer_client._exceptions import RolloutError
 from trainer_client._results import ClientResult
-from trainer_client.backends._rollouts import group_input_id, wait_for_result
+from trainer_client.backends._shared import NO_RESULT, load_function, run_rollout
 
 __all__ = [
     "BACKEND",
@@ -182,25 +181,21 @@ class AgentCoreEventsRuntime:
             self._client = None
 
     async def _run(self, client: RolloutClient, sub: TaskSubmission, deadline_s: float) -> RemoteTaskResult:
-        futures = await asyncio.to_thread(
-            client.submit,
-            [(sub.task, group_input_id(sub.task_id))],
-            session_ids=[sub.session_id],
-            timeout=deadline_s,
-            base_url=sub.inference_url,
+        outcome = await run_rollout(
+            client, sub.task, sub.task_id, deadline_s, session_id=sub.session_id, base_url=sub.inference_url
         )
-        future = futures[0]
-        try:
-            result = await wait_for_result(future, client.poll_settings.deadline_grace_s)
-        except asyncio.CancelledError:
-            _cancel_quietly(future)
-            raise
-        except RolloutError as exc:
-            return _failed(sub, future.elapsed(), f"{type(exc).__name__}: {exc}", "not_submitted")
-        if result is None:
-            message = f"no result for rollout {sub.session_id} by its deadline ({deadline_s:.0f} s) plus grace"
-            return _failed(sub, future.elapsed(), message, Status.TIMED_OUT.value, TerminationReason.TIMEOUT)
-        return to_task_result(sub, result, future.elapsed())
+        if outcome.result is not None:
+            return to_task_result(sub, outcome.result, outcome.elapsed)
+        reason = TerminationReason.TIMEOUT if outcome.status == NO_RESULT else TerminationReason.ERROR
+        return RemoteTaskResult(
+            finished=False,
+            session_id=sub.session_id,
+            task_id=sub.task_id,
+            error=outcome.error,
+            termination_reason=reason,
+            elapsed=outcome.elapsed,
+            metadata={"rollout_status": outcome.status},
+        )
 
 
 def to_task_result(sub: TaskSubmission, result: ClientResult, elapsed: float) -> RemoteTaskResult:
@@ -243,31 +238,6 @@ def _agent_reason(result: ClientResult) -> TerminationReason | None:
         return None
 
 
-def _failed(
-    sub: TaskSubmission,
-    elapsed: float,
-    message: str,
-    status: str,
-    reason: TerminationReason = TerminationReason.ERROR,
-) -> RemoteTaskResult:
-    return RemoteTaskResult(
-        finished=False,
-        session_id=sub.session_id,
-        task_id=sub.task_id,
-        error=message,
-        termination_reason=reason,
-        elapsed=elapsed,
-        metadata={"rollout_status": status},
-    )
-
-
-def _cancel_quietly(future: Any) -> None:
-    try:
-        future.cancel()
-    except RolloutError as exc:
-        logger.warning("could not cancel rollout %s: %s", future.session_id, exc)
-
-
 # Installing the backend into rLLM's factory
 
 
@@ -308,7 +278,7 @@ def ray_runtime_env(runtime_env: dict[str, Any] | None) -> dict[str, Any]:
     _wrap_factory()
     previous = os.environ.get(_PREVIOUS_RUNTIME_ENV_HOOK)
     if previous:
-        runtime_env = _load(previous)(runtime_env)
+        runtime_env = load_function(previous, RAY_RUNTIME_ENV_HOOK)(runtime_env)
     env = dict(runtime_env or {})
     hook = env.get("worker_process_setup_hook")
     if hook == _WORKER_SETUP_HOOK:
@@ -329,7 +299,7 @@ def setup_ray_worker() -> None:
     _wrap_factory()
     previous = os.environ.get(_PREVIOUS_WORKER_SETUP_HOOK)
     if previous:
-        _load(previous)()
+        load_function(previous, "worker_process_setup_hook")()
 
 
 def _wrap_factory() -> None:
@@ -346,8 +316,3 @@ def _wrap_factory() -> None:
 
     setattr(create_remote_runtime, _INSTALLED_MARK, True)
     module.create_remote_runtime = create_remote_runtime
-
-
-def _load(path: str) -> Callable[..., Any]:
-    module_name, _, attr = path.rpartition(".")
-    return getattr(importlib.import_module(module_name), attr)
