@@ -5,6 +5,7 @@ rLLM is not on PyPI: its types come from tests/stand_ins/rllm (see the README th
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -32,7 +33,7 @@ def installed(monkeypatch: pytest.MonkeyPatch):
     return backend_rllm
 
 
-def test_install_before_ray_init_puts_the_backend_in_every_ray_worker(installed):
+def test_install_before_ray_init_puts_the_backend_in_every_ray_worker(installed, caplog):
     # GIVEN install() called in the driver, then Ray started as rLLM's launcher starts it
     pythonpath = os.pathsep.join([str(STAND_INS), str(REPO), *sys.path])
     ray.init(num_cpus=1, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
@@ -49,6 +50,10 @@ def test_install_before_ray_init_puts_the_backend_in_every_ray_worker(installed)
 
         # WHEN the trainer, in a worker process, builds its remote runtime
         name, pid = ray.get(trainer_builds_its_runtime.remote(), timeout=120)
+        # (and install() called again now says that workers of this Ray instance do not get it that way)
+        with caplog.at_level(logging.WARNING, logger="trainer_client.backends.rllm"):
+            installed.install()
+        assert "Ray is already initialized" in caplog.text and "setup_ray_worker" in caplog.text
     finally:
         ray.shutdown()
     # THEN it is ours (the stand-in factory alone raises "Unknown remote runtime backend")
