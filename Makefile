@@ -39,6 +39,7 @@ $(ML_VENV)/.installed: pyproject.toml requirements/ml.txt
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 test: lint
 	$(BIN)/python -m pytest

@@ -210,6 +210,7 @@ class AgentCoreRLApp(BedrockAgentCoreApp):
     async def _run(self, rollout: Rollout, context: RequestContext) -> None:
         """Run the handler, then store its result; the ping stays busy until both are done."""
         handler = self._rollout_handler
+        assert handler is not None, "a rollout runs only after rollout_entrypoint registered its handler"
         context = context.model_copy(update={"session_id": rollout.session_id})
         request_id = BedrockAgentCoreContext.get_request_id() or str(uuid.uuid4())
         BedrockAgentCoreContext.set_request_context(request_id, rollout.session_id)
@@ -237,8 +238,9 @@ class AgentCoreRLApp(BedrockAgentCoreApp):
 
     def _store(self, rollout: Rollout, body: bytes) -> None:
         """Write a result object; failures are logged (the sweeper ends such rollouts as ``timed_out``)."""
+        key, s3_bucket = rollout.target
         try:
-            stored = self._result_writer().write(rollout.s3_bucket, str(rollout.key), body)
+            stored = self._result_writer().write(s3_bucket, str(key), body)
         except ResultWriteError:
             logger.exception("rollout %s: result not stored", rollout.session_id)
             return

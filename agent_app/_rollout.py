@@ -65,6 +65,13 @@ class Rollout:
         return self.key is not None
 
     @property
+    def target(self) -> tuple[ResultKey, str]:
+        """``(key, s3_bucket)`` of the result; only for a rollout that :attr:`saves_result`."""
+        if self.key is None or self.s3_bucket is None:
+            raise RuntimeError(f"rollout {self.session_id} saves no result")
+        return self.key, self.s3_bucket
+
+    @property
     def response(self) -> dict[str, str]:
         """The immediate answer to ``/invocations`` (the same for every repeat of this session)."""
         if self.key is None:
@@ -99,9 +106,10 @@ class Rollout:
                 "such as {'rewards': 1.0, ...}"
             )
             return self._terminal(Status.AGENT_ERROR, timings, error=ErrorInfo(type="TypeError", message=message))
+        key, s3_bucket = self.target
         try:
             result = RolloutResult.from_handler_output(
-                output, key=self.key, s3_bucket=self.s3_bucket, payload=self.stored_payload, timings=timings
+                output, key=key, s3_bucket=s3_bucket, payload=self.stored_payload, timings=timings
             )
             return result.to_json_bytes()
         except (ValidationError, PydanticSerializationError) as exc:
@@ -117,10 +125,11 @@ class Rollout:
     def _terminal(
         self, status: Status, timings: Timings, *, error: ErrorInfo | None = None, stop_reason: str | None = None
     ) -> bytes:
+        key, s3_bucket = self.target
         result = RolloutResult.terminal(
             status,
-            key=self.key,
-            s3_bucket=self.s3_bucket,
+            key=key,
+            s3_bucket=s3_bucket,
             error=error,
             stop_reason=stop_reason,
             payload=self.stored_payload,

@@ -152,8 +152,10 @@ def run_demo(settings: DemoSettings, out: TextIO = sys.stdout) -> DemoReport:
     out.write(f"starting the local stack (logs in {settings.run_dir}/) ...\n")
     with LocalStack(stack_settings) as stack:
         report.startup_s = time.monotonic() - started
-        out.write(f"stack up in {report.startup_s:.1f} s; running {settings.prompts} prompts x "
-                  f"{settings.samples_per_prompt} samples\n")
+        out.write(
+            f"stack up in {report.startup_s:.1f} s; running {settings.prompts} prompts x "
+            f"{settings.samples_per_prompt} samples\n"
+        )
         rows = synthetic(settings.prompts, seed=settings.seed)
         payloads = [{"prompt": row["prompt"], "answer": row["answer"]} for row in rows]
         run_started = time.monotonic()

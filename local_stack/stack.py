@@ -187,26 +187,27 @@ class LocalStack:
             "NO_PROXY": _no_proxy(LOCALHOST, os.environ.get("NO_PROXY")),
         }
         moto = self._launch(moto_process(self.run_dir / "moto.log", base_env))
-        self.moto_url = moto.url
+        self.moto_url = moto_url = moto.url
+        if moto_url is None:
+            raise RuntimeError("the moto server process has no URL")
         model = None
         if s.model_base_url is None:
             model = self._launch(model_endpoint_process(run_dir=self.run_dir, base_env=base_env, settings=s.model))
         emulator = self._launch(self._emulator_process(base_env)) if s.emulator else None
         if model is not None:
             model.wait_ready(s.ready_timeout_s)
-            self.model_url = f"{model.url}/v1"
+            model_url = f"{model.url}/v1"
         else:
-            self.model_url = s.model_base_url
+            model_url = str(s.model_base_url)
+        self.model_url = model_url
         if s.gateway:
-            gateway = self._launch(
-                gateway_process(model_base_url=self.model_url, run_dir=self.run_dir, base_env=base_env)
-            )
+            gateway = self._launch(gateway_process(model_base_url=model_url, run_dir=self.run_dir, base_env=base_env))
             self.gateway_url = gateway.url
         if emulator is not None:
             emulator.wait_ready(s.ready_timeout_s)
             self.emulator_url = emulator.url
         moto.wait_ready(s.ready_timeout_s)
-        self.env = aws_env(self.moto_url, self.emulator_url)
+        self.env = aws_env(moto_url, self.emulator_url)
         self._provision()
         child_env = {**base_env, **self.env}
         if s.workers:
@@ -296,17 +297,13 @@ class LocalStack:
         process.ready = ready
         return process
 
-    def _worker_process(
-        self, exp_id: str, env: Mapping[str, str], name: str, roles: tuple[str, ...]
-    ) -> ManagedProcess:
+    def _worker_process(self, exp_id: str, env: Mapping[str, str], name: str, roles: tuple[str, ...]) -> ManagedProcess:
         """A local worker process running the handlers of ``roles`` (the others off)."""
         s = self.settings
         ready_file = self.run_dir / f"{name}.ready"
         ready_file.unlink(missing_ok=True)
         handlers = [
-            arg
-            for role in DEFAULT_HANDLERS
-            for arg in (f"--{role}", s.handlers.get(role, "") if role in roles else "")
+            arg for role in DEFAULT_HANDLERS for arg in (f"--{role}", s.handlers.get(role, "") if role in roles else "")
         ]
         budgets = [
             arg

@@ -11,7 +11,7 @@ import copy
 import traceback as traceback_module
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
-from typing import Any
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -189,7 +189,7 @@ class RolloutResult(BaseModel):
         return self.model_dump_json().encode()
 
     @classmethod
-    def from_json_bytes(cls, data: bytes | str) -> RolloutResult:
+    def from_json_bytes(cls, data: bytes | str) -> Self:
         """Parse a stored result object."""
         return cls.model_validate_json(data)
 

@@ -27,7 +27,13 @@ Differences from agentcore-rl-toolkit (ART), same names otherwise:
 from trainer_client._aws import AwsClients
 from trainer_client._batch import BatchItem
 from trainer_client._client import RolloutClient
-from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S, PollSettings, RolloutOptions, TraceSettings
+from trainer_client._config import (
+    DEFAULT_ROLLOUT_TIMEOUT_S,
+    PollSettings,
+    RolloutDefaults,
+    RolloutOptions,
+    TraceSettings,
+)
 from trainer_client._exceptions import (
     AgentError,
     AwsError,
@@ -69,6 +75,7 @@ __all__ = [
     "RolloutCancelledError",
     "RolloutClient",
     "RolloutClientError",
+    "RolloutDefaults",
     "RolloutError",
     "RolloutFuture",
     "RolloutGroup",

@@ -171,7 +171,7 @@ def _input_ids(rows: list[dict[str, Any]], field: str | None, samples: int) -> l
         if samples == 1:
             return [None] * len(rows)
         return [input_id for input_id in (new_session_id() for _ in rows) for _ in range(samples)]
-    ids = []
+    ids: list[str | None] = []
     for number, row in enumerate(rows, start=1):
         if field not in row:
             raise UsageError(f"dataset row {number} has no field {field!r} (given by --input-id-field)")

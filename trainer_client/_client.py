@@ -37,6 +37,7 @@ from trainer_client._config import (
     DEFAULT_ROLLOUT_TIMEOUT_S,
     DEFAULT_TRACES,
     PollSettings,
+    RolloutDefaults,
     RolloutOptions,
     TraceSettings,
     rollout_fields,
@@ -94,7 +95,7 @@ class RolloutClient:
         queue_timeout: seconds a rollout may wait for capacity (session and invoke budgets) before it
             starts; past it, it ends as ``dispatch_failed`` (``QueueWaitExceeded``). Its ``timeout`` runs
             from the start, so a backlog drains at the quota's pace instead of timing out.
-        **extra_config: ``sampling_params``, ``api_key``, ``rollout_config`` (see :class:`RolloutOptions`).
+        **extra_config: ``sampling_params``, ``api_key``, ``rollout_config`` (see :class:`RolloutDefaults`).
 
     Raises:
         TypeError: an unknown keyword.
@@ -124,7 +125,7 @@ class RolloutClient:
         traces: TraceSettings = DEFAULT_TRACES,
         gateway_transport: httpx.BaseTransport | None = None,
         queue_timeout: float = DEFAULT_QUEUE_TIMEOUT_S,
-        **extra_config: Unpack[RolloutOptions],
+        **extra_config: Unpack[RolloutDefaults],
     ) -> None:
         rollout = rollout_fields({"base_url": base_url, "model_id": model_id, **extra_config}, "RolloutClient()")
         self.exp_id = validate_exp_id(exp_id)
@@ -217,8 +218,9 @@ class RolloutClient:
             TypeError: an unknown keyword (see :class:`RolloutOptions`).
         """
         future = self.submit([(payload, input_id)], session_ids=[session_id], timeout=timeout, **overrides)[0]
-        if future.done() and isinstance(future.exception(), SubmitError):
-            raise future.exception()
+        error = future.exception() if future.done() else None
+        if isinstance(error, SubmitError):
+            raise error
         return future
 
     async def invoke_async(
@@ -359,6 +361,8 @@ class RolloutClient:
         return resolved
 
     def _send_cancel(self, future: RolloutFuture) -> None:
+        if future.input_id is None:
+            raise ValueError(f"rollout {future.session_id} was attached by session id alone; cancel needs its input id")
         request = CancelRequest(exp_id=self.exp_id, input_id=future.input_id, session_id=future.session_id)
         try:
             self._clients.sqs.send_message(QueueUrl=self.dispatch_queue_url, MessageBody=request.to_body())

@@ -13,6 +13,7 @@ __all__ = [
     "DEFAULT_ROLLOUT_TIMEOUT_S",
     "DEFAULT_TRACES",
     "PollSettings",
+    "RolloutDefaults",
     "RolloutOptions",
     "TraceSettings",
     "rollout_fields",
@@ -71,23 +72,28 @@ DEFAULT_POLL = PollSettings()
 DEFAULT_TRACES = TraceSettings()
 
 
-class RolloutOptions(TypedDict, total=False):
-    """The ``_rollout`` fields a keyword argument may set (ART's names), plus ``rollout_config``.
+class RolloutDefaults(TypedDict, total=False):
+    """The keyword-only ``_rollout`` fields of ``RolloutClient(...)`` (``base_url``, ``model_id`` are positional)."""
 
-    ``RolloutClient(...)`` takes ``base_url`` and ``model_id`` as ART's positional parameters and these as
-    keywords; ``invoke`` and the batch methods take all of them as per-rollout overrides. Any other agent
-    configuration goes in ``rollout_config``, a mapping merged into ``_rollout`` first, so that a
-    misspelt keyword (``timeuot=``) is an error instead of a field the agent silently ignores.
-    """
-
-    base_url: str
-    model_id: str
     sampling_params: Mapping[str, Any]
     api_key: str
     rollout_config: Mapping[str, Any]
 
 
-_ROLLOUT_KEYWORDS = tuple(RolloutOptions.__annotations__)
+class RolloutOptions(RolloutDefaults, total=False):
+    """The ``_rollout`` fields a keyword argument may set (ART's names), plus ``rollout_config``.
+
+    ``RolloutClient(...)`` takes ``base_url`` and ``model_id`` as ART's positional parameters and the rest
+    as keywords (:class:`RolloutDefaults`); ``invoke`` and the batch methods take all of them as per-rollout
+    overrides. Any other agent configuration goes in ``rollout_config``, a mapping merged into ``_rollout``
+    first, so that a misspelt keyword (``timeuot=``) is an error instead of a field the agent silently ignores.
+    """
+
+    base_url: str
+    model_id: str
+
+
+_ROLLOUT_KEYWORDS = ("base_url", "model_id", *RolloutDefaults.__annotations__)
 # Named parameters of the client's methods: suggested when a keyword is a near miss of one of them.
 _OTHER_KEYWORDS = ("timeout", "input_id", "input_ids", "session_id", "session_ids", "journal", "gateway_url", "poll")
 

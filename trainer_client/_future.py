@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable, Generator
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollout_contract import ResultKey
 from trainer_client._results import ClientResult
@@ -14,7 +14,7 @@ from trainer_client._results import ClientResult
 __all__ = ["RolloutFuture"]
 
 
-class RolloutFuture(Future):
+class RolloutFuture(Future[ClientResult]):
     """The pending result of one rollout, resolved by the client's completion poller.
 
     ``result()`` returns the :class:`ClientResult` for every terminal status (``succeeded``,
@@ -34,6 +34,10 @@ class RolloutFuture(Future):
         s3_bucket: the results bucket.
         deadline_at: Unix time after which the sweeper ends it as ``timed_out`` (``None`` if unknown).
     """
+
+    if TYPE_CHECKING:
+        # Callbacks receive this future, not a plain one (typeshed types them for ``Future``).
+        def add_done_callback(self, fn: Callable[[RolloutFuture], object]) -> None: ...
 
     def __init__(
         self,

@@ -72,6 +72,14 @@ def _is_failed(item: BatchItem) -> bool:
     return not item.success or item.result is None or item.result.reward is None
 
 
+def _reward(item: BatchItem) -> float:
+    """The reward of an item that is not :func:`_is_failed`."""
+    reward = item.result.reward if item.result is not None else None
+    if reward is None:
+        raise ValueError(f"rollout {item.session_id} has no reward")
+    return reward
+
+
 class GroupCollector:
     """Collect batch items by ``input_id``; :meth:`add` returns each group when its last member arrives.
 
@@ -99,10 +107,10 @@ class GroupCollector:
         failed = [item for item in members if _is_failed(item)]
         if self._policy is FailurePolicy.ZERO_REWARD:
             kept = members
-            rewards = [0.0 if _is_failed(item) else float(item.result.reward) for item in members]
+            rewards = [0.0 if _is_failed(item) else _reward(item) for item in members]
         else:
             kept = [item for item in members if not _is_failed(item)]
-            rewards = [float(item.result.reward) for item in kept]
+            rewards = [_reward(item) for item in kept]
             if not kept or (failed and self._policy is FailurePolicy.DROP_GROUP):
                 logger.info("group %s dropped: %d of %d members failed", input_id, len(failed), len(members))
                 return None

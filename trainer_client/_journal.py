@@ -103,7 +103,8 @@ def _apply(line: dict[str, object], entries: dict[str, JournalEntry]) -> None:
             entries[str(key)] = JournalEntry(key, request if isinstance(request, str) else None, sent=request is None)
         return
     for field in ("sent", "refused"):
-        for key in line.get(field, ()):  # type: ignore[union-attr]
+        keys = line.get(field)
+        for key in keys if isinstance(keys, list) else ():
             entry = entries.get(str(parse_result_key(key)))
             if entry is not None:
                 setattr(entry, field, True)

@@ -256,8 +256,8 @@ class CompletionPoller:
         if self._closed:
             to_return.extend(message for message, _, _ in owned)
             owned = []
-        for message, loaded in zip(owned, self._fetchers.map(self._settle, owned), strict=True):
-            (to_delete if loaded else to_return).append(message[0])
+        for entry, loaded in zip(owned, self._fetchers.map(self._settle, owned), strict=True):
+            (to_delete if loaded else to_return).append(entry[0])
         self._delete(to_delete)
         self._hand_back(to_return)
         return len(owned)

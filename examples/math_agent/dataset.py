@@ -30,7 +30,7 @@ def load_gsm8k_jsonl(path: str | Path) -> list[dict[str, Any]]:
         ValueError: a line is not JSON, lacks a field, or its answer has no ``#### N``; the message
             names the file and line.
     """
-    rows = []
+    rows: list[dict[str, Any]] = []
     for line_no, record in _records(Path(path)):
         question, answer = record.get("question"), record.get("answer")
         if not isinstance(question, str) or not isinstance(answer, str):

@@ -61,7 +61,7 @@ def _announce(url: str) -> None:
 
 
 def _sessions_table(sessions: list[dict[str, object]]) -> str:
-    rows = [_SESSION_COLUMNS]
+    rows: list[tuple[str, ...]] = [_SESSION_COLUMNS]
     for s in sessions:
         pinged = s["last_ping_at"]
         ping_age = f"{time.time() - pinged:.1f}s ago" if isinstance(pinged, int | float) else "-"

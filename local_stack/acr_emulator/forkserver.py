@@ -100,11 +100,11 @@ class ForkServer:
     def view(self) -> dict[str, Any]:
         """The admin view: the current template's pid, whether it is ready, its live children, launches so far."""
         template = self._template
-        live = template is not None and not template.gone
+        live = template if template is not None and not template.gone else None
         return {
-            "pid": template.pid if live else None,
-            "ready": live and template.ready.done() and template.ready.exception() is None,
-            "children": len(template.children) if live else 0,
+            "pid": live.pid if live else None,
+            "ready": live is not None and live.ready.done() and live.ready.exception() is None,
+            "children": len(live.children) if live else 0,
             "launches": self.launches,
         }
 
@@ -238,9 +238,9 @@ class _Template:
                     RuntimeClientError(f"the fork server could not start the agent: {message['error']}")
                 )
         elif event == "exited":
-            child = self.children.pop(message["pid"], None)
-            if child is not None:
-                child.set_exited(message["returncode"])
+            exited = self.children.pop(message["pid"], None)
+            if exited is not None:
+                exited.set_exited(message["returncode"])
 
     def _exited(self, error: RuntimeClientError) -> None:
         self.gone = True

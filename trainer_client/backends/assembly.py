@@ -30,10 +30,15 @@ __all__ = ["TokenCall", "TokenRow", "TraceMismatchError", "assemble_rows", "is_p
 class TokenCall(Protocol):
     """What assembly reads from one model call (``trainer_client.TokenTrace`` has these fields)."""
 
-    prompt_token_ids: Sequence[int]
-    completion_token_ids: Sequence[int]
-    logprobs: Sequence[float] | None
-    finish_reason: str | None
+    # Read-only members, so that classes with list-typed fields (TokenTrace) match the protocol.
+    @property
+    def prompt_token_ids(self) -> Sequence[int]: ...
+    @property
+    def completion_token_ids(self) -> Sequence[int]: ...
+    @property
+    def logprobs(self) -> Sequence[float] | None: ...
+    @property
+    def finish_reason(self) -> str | None: ...
 
 
 class TraceMismatchError(ValueError):

@@ -303,7 +303,7 @@ def setup_ray_worker() -> None:
 
 
 def _wrap_factory() -> None:
-    module = importlib.import_module("rllm.engine.remote_runtime")
+    module: Any = importlib.import_module("rllm.engine.remote_runtime")
     original = module.create_remote_runtime
     if getattr(original, _INSTALLED_MARK, False):
         return
