@@ -15,7 +15,8 @@ CUSTOM_HEADER_PREFIX = "X-Amzn-Bedrock-AgentCore-Runtime-Custom-"
 #: Trace headers ACR passes through to the agent.
 TRACE_HEADERS = ("X-Amzn-Trace-Id", "traceparent", "tracestate", "baggage")
 
-MAX_PAYLOAD_BYTES = 100 * 1024 * 1024
+#: InvokeAgentRuntime's payload limit: the API model's 100,000,000 bytes (decimal, not 100 MiB).
+MAX_PAYLOAD_BYTES = 100_000_000
 DEFAULT_INVOKE_TPS = 25
 DEFAULT_ACTIVE_SESSION_QUOTA = 1000
 DEFAULT_IDLE_TIMEOUT_S = 900

@@ -18,7 +18,7 @@ Config file (JSON; every field but ``runtimes[].arn`` and ``runtimes[].command``
 
     {
       "max_active_sessions": 1000,          # account quota; a new session beyond it -> 402
-      "max_payload_bytes": 104857600,       # larger request bodies -> 400
+      "max_payload_bytes": 100000000,        # larger request bodies -> 400
       "invocation_log_size": 10000,         # accepted-invoke timestamps kept per runtime
       "ended_sessions_kept": 200,           # ended sessions shown by /_admin/sessions
       "log_dir": null,                      # per-process log files; null: the emulator's stderr

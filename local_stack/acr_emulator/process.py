@@ -38,6 +38,9 @@ logger = logging.getLogger(__name__)
 _BASIC_ENV = ("PATH", "LANG", "LANGUAGE", "TZ")
 _READY_POLL_S = 0.05
 _PING_TIMEOUT_S = 5.0
+# How long an agent may listen elsewhere without answering on its PORT before start-up fails fast.
+_WRONG_PORT_GRACE_S = 1.0
+_TCP_LISTEN = "0A"
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,34 @@ async def _exec(command: tuple[str, ...], *, env: dict[str, str], cwd: Path, out
         )
     except OSError as e:
         raise RuntimeClientError(f"could not start the agent process {command[0]!r}: {e}") from e
+
+
+def listening_ports(pgid: int) -> set[int]:
+    """TCP ports on which processes of process group ``pgid`` listen (read from Linux ``/proc``; empty elsewhere)."""
+    proc = Path("/proc")
+    inodes: set[str] = set()
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+            if int(fields[2]) != pgid:
+                continue
+            for fd in (stat.parent / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[len("socket:[") : -1])
+        except (OSError, IndexError, ValueError):
+            continue
+    ports: set[int] = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = (proc / str(pgid) / "net" / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            columns = line.split()
+            if len(columns) > 9 and columns[3] == _TCP_LISTEN and columns[9] in inodes:
+                ports.add(int(columns[1].rpartition(":")[2], 16))
+    return ports
 
 
 def _free_port() -> int:
@@ -177,11 +208,24 @@ class AgentProcess:
         Raises:
             RuntimeClientError: the process exited, or was not ready in time.
         """
+        started = time.monotonic()
         while True:
             if self.returncode is not None:
-                raise RuntimeClientError(f"the agent process exited with code {self.returncode} during start-up")
+                raise RuntimeClientError(
+                    f"the agent process exited with code {self.returncode} during start-up (see its log; an agent "
+                    f"that listens on a fixed port such as 8080 instead of $PORT collides with other sessions)"
+                )
             if await self.ping(client, timeout=max(0.1, min(1.0, deadline - time.monotonic()))) is not None:
                 return
+            if time.monotonic() - started >= _WRONG_PORT_GRACE_S:
+                elsewhere = listening_ports(self.pid) - {self.port}
+                if elsewhere:
+                    raise RuntimeClientError(
+                        f"the agent listens on port {', '.join(map(str, sorted(elsewhere)))} but not on its PORT "
+                        f"({self.port}): serve on the port the PORT environment variable names. Each emulated "
+                        "session gets its own PORT on one host (ACR gives each its own microVM on 8080); "
+                        "AgentCoreRLApp.run() reads PORT, a plain BedrockAgentCoreApp.run() or uvicorn uses 8080"
+                    )
             if time.monotonic() >= deadline:
                 raise RuntimeClientError("the agent did not answer GET /ping within the start-up limit")
             await asyncio.sleep(_READY_POLL_S)

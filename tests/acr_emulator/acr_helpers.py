@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -22,6 +23,16 @@ PRELOAD = ("preload_marker",)
 BROKEN_PRELOAD = "acr_test_module_that_does_not_exist"
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+#: The fixed port of the agent that ignores PORT (8080 in real life; a free one here, to run beside anything).
+FIXED_PORT = _free_port()
+
+
 def arn(name: str) -> str:
     """The ARN of a test runtime."""
     return f"{ARN_PREFIX}{name}"
@@ -39,6 +50,7 @@ SHARED_RUNTIMES = (
     stdlib_runtime("lifetime", max_lifetime_s=1.2),
     stdlib_runtime("stubborn", "--ignore-sigterm", stop_grace_s=0.3),
     stdlib_runtime("never-ready", "--never-ready", startup_limit_s=1.0),
+    stdlib_runtime("ignores-port", "--port", str(FIXED_PORT), startup_limit_s=60.0),
     stdlib_runtime("delayed", cold_start_delay=ColdStartDelay.fixed(0.6)),
     stdlib_runtime("throttled", invoke_tps=2),
     stdlib_runtime("warm", warm_pool_size=1),

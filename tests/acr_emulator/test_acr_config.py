@@ -29,6 +29,8 @@ def test_defaults_are_acr_published_values():
     assert (runtime.idle_timeout_s, runtime.max_lifetime_s) == (DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_LIFETIME_S)
     assert (runtime.startup_limit_s, runtime.invoke_tps) == (STARTUP_LIMIT_S, DEFAULT_INVOKE_TPS)
     assert config.max_active_sessions == DEFAULT_ACTIVE_SESSION_QUOTA
+    # the API model's payload limit is decimal: 100,000,000 bytes (104,857,600 = 100 MiB is over it)
+    assert config.max_payload_bytes == 100_000_000
 
 
 def test_duplicate_runtime_arns_are_rejected():

@@ -7,7 +7,7 @@ import sys
 import time
 
 import pytest
-from acr_helpers import AGENTS, MAX_PAYLOAD_BYTES, admin, arn, invoke_json
+from acr_helpers import AGENTS, FIXED_PORT, MAX_PAYLOAD_BYTES, admin, arn, invoke_json
 from botocore.exceptions import ClientError
 
 from local_stack.acr_emulator import EmulatorConfig, RuntimeConfig, start_emulator
@@ -78,6 +78,19 @@ def test_agent_not_ready_within_the_startup_limit_is_runtime_client_error(client
     assert 1.0 <= time.monotonic() - started < 5.0
     views = [s for s in admin(emulator.url, "sessions")["sessions"] if s["session_id"] == session_id]
     assert views[0]["end_reason"] == "startup_failed"
+
+
+def test_agent_that_ignores_port_fails_fast_saying_to_read_port(client, emulator, session_id):
+    # GIVEN an agent that listens on a fixed port (as a stock app.run() on 8080 does), not on its PORT,
+    # and a 60 s start-up limit
+    started = time.monotonic()
+    # WHEN a session starts
+    error = _invoke_error(client, arn("ignores-port"), session_id)
+    # THEN it fails long before the limit with 424, naming the port it found and PORT
+    _assert_acr_error(error, "RuntimeClientError", 424)
+    assert time.monotonic() - started < 30.0
+    message = error.response["Error"]["Message"]
+    assert f"listens on port {FIXED_PORT} but not on its PORT" in message and "PORT environment variable" in message
 
 
 def test_agent_error_status_is_runtime_client_error(client, session_id):

@@ -6,7 +6,8 @@ Serves ``127.0.0.1:$PORT``. ``POST /invocations`` with a JSON object:
 - ``{"stream": 3}``: answer with 3 server-sent events;
 - anything else: answer with the process's identity (pid, process group, parent, argv, session and request
   ids, dirs, environment, and which process imported ``preload_marker`` if a fork server preloaded it).
-Flags: ``--never-ready`` (never listens), ``--ignore-sigterm``, ``--announce`` (print ``agent pid=<pid>`` on
+Flags: ``--never-ready`` (never listens), ``--port N`` (listen on N, ignoring ``PORT``), ``--ignore-sigterm``,
+``--announce`` (print ``agent pid=<pid>`` on
 stdout once listening).
 """
 
@@ -100,7 +101,8 @@ def main():
     if "--never-ready" in sys.argv:
         time.sleep(3600)
         return
-    server = ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler)
+    port = int(sys.argv[sys.argv.index("--port") + 1]) if "--port" in sys.argv else int(os.environ["PORT"])
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     if "--announce" in sys.argv:
         print(f"agent pid={os.getpid()}", flush=True)
     server.serve_forever()
