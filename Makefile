@@ -16,10 +16,11 @@ export UV_LINK_MODE := copy
 
 install: $(VENV)/.installed node_modules/.installed
 
-$(VENV)/.installed: pyproject.toml
+# requirements/functions.txt pins what the Lambda functions ship and run (infra/functions.py), so the suite runs it too.
+$(VENV)/.installed: pyproject.toml requirements/functions.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv
-	$(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode -e '.[dev]'
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode -e '.[dev]' -c requirements/functions.txt
 	touch $@
 
 node_modules/.installed: package.json package-lock.json

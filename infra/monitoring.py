@@ -23,8 +23,202 @@ THROTTLE_MINUTES = 10
 STUCK_MINUTES = 3
 
 
+class RolloutMetrics:
+    """The metrics the Lambdas emit for one experiment (namespace and ``exp_id`` dimension), per minute."""
+
+    def __init__(self, exp_id: str) -> None:
+        self.exp_id = exp_id
+
+    def metric(
+        self, name: str, *, label: str | None = None, statistic: str = "Sum", extra: Mapping[str, str] | None = None
+    ) -> cw.Metric:
+        """Metric ``name`` of this experiment (``extra`` adds dimensions such as ``status``)."""
+        return cw.Metric(
+            namespace=names.NAMESPACE,
+            metric_name=name,
+            dimensions_map={names.EXP_DIMENSION: self.exp_id, **(extra or {})},
+            label=label or name,
+            statistic=statistic,
+            period=PERIOD,
+        )
+
+    def throttled(self) -> cw.Metric:
+        """Invokes refused with ACR's throttling error."""
+        return self.metric(
+            names.DISPATCH_ERRORS, label="throttled invokes", extra={names.ERROR_CODE_DIMENSION: THROTTLING.code}
+        )
+
+    def out_of_sessions(self) -> cw.Metric:
+        """Invokes refused because the account's session quota was used up."""
+        return self.metric(
+            names.DISPATCH_ERRORS,
+            label="session quota exceeded",
+            extra={names.ERROR_CODE_DIMENSION: SERVICE_QUOTA_EXCEEDED.code},
+        )
+
+    def overdue(self) -> cw.Metric:
+        """The sweeper's gauge of rollouts in flight more than ``OVERDUE_GRACE_S`` past their deadline."""
+        grace_min = names.OVERDUE_GRACE_S // 60
+        return self.metric(names.OVERDUE, label=f"stuck (> {grace_min} min past deadline)", statistic="Maximum")
+
+
+def dead_letter_depths(dead_letter_queues: Mapping[str, sqs.IQueue]) -> dict[str, cw.Metric]:
+    """Messages visible in each dead-letter queue, by name."""
+    return {
+        name: queue.metric_approximate_number_of_messages_visible(label=name, period=PERIOD, statistic="Maximum")
+        for name, queue in dead_letter_queues.items()
+    }
+
+
+class RolloutAlarms(Construct):
+    """Any DLQ not empty, any Lambda error, sustained invoke throttling, stuck rollouts (no actions)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        metrics: RolloutMetrics,
+        dead_letter_queues: Mapping[str, sqs.IQueue],
+        functions: Mapping[str, lambda_.IFunction],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        exp_id = metrics.exp_id
+        self.alarms: list[cw.Alarm] = []
+        for name, depth in dead_letter_depths(dead_letter_queues).items():
+            self._at_least_one(depth, f"DeadLetters-{name}", f"{exp_id}: messages in the {name} dead-letter queue")
+        for name, function in functions.items():
+            self._at_least_one(
+                function.metric_errors(period=PERIOD, statistic="Sum"),
+                f"Errors-{name}",
+                f"{exp_id}: the {name} Lambda failed (see its log group)",
+            )
+        self._at_least_one(
+            metrics.throttled(),
+            "SustainedThrottling",
+            f"{exp_id}: InvokeAgentRuntime throttled or out of sessions for {THROTTLE_MINUTES} minutes; "
+            "lower tps_limit or session_budget, or raise the quotas",
+            periods=THROTTLE_MINUTES,
+        )
+        grace_min = names.OVERDUE_GRACE_S // 60
+        self.alarms.append(
+            metrics.overdue().create_alarm(
+                self,
+                "StuckRollouts",
+                alarm_description=f"{exp_id}: rollouts still in flight more than {grace_min} min past their "
+                "deadline that the sweeper cannot end (its log names them: 'rollout stuck in flight'), or no "
+                "data because the sweeper is not running (see its Errors alarm and its schedule)",
+                threshold=0,
+                evaluation_periods=STUCK_MINUTES,
+                datapoints_to_alarm=STUCK_MINUTES,
+                comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                treat_missing_data=cw.TreatMissingData.BREACHING,
+            )
+        )
+
+    def _at_least_one(self, metric: cw.IMetric, construct_id: str, description: str, *, periods: int = 1) -> None:
+        """Alarm when ``metric`` is at least 1 for ``periods`` minutes in a row (no data: fine)."""
+        self.alarms.append(
+            metric.create_alarm(
+                self,
+                construct_id,
+                alarm_description=description,
+                threshold=1,
+                evaluation_periods=periods,
+                comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            )
+        )
+
+
+class RolloutDashboard(Construct):
+    """Throughput, backlog, runtime, Lambdas, DLQs, rewards, durations, and the alarms' states."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        metrics: RolloutMetrics,
+        dashboard_name: str,
+        runtime: agentcore.Runtime,
+        dispatch_queue: sqs.IQueue,
+        dead_letter_queues: Mapping[str, sqs.IQueue],
+        functions: Mapping[str, lambda_.IFunction],
+        alarms: list[cw.Alarm],
+        max_lifetime_s: int,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        metric = metrics.metric
+        submitted = dispatch_queue.metric_number_of_messages_sent(label="submitted", period=PERIOD, statistic="Sum")
+        completed = [
+            metric(names.COMPLETED, label=status.value, extra={names.STATUS_DIMENSION: status.value})
+            for status in Status
+        ]
+        dispatch_lag = dispatch_queue.metric_approximate_age_of_oldest_message(label="oldest dispatch request (s)")
+        self.dashboard = cw.Dashboard(self, "Resource", dashboard_name=dashboard_name)
+        self.dashboard.add_widgets(
+            _graph(
+                "Submitted, dispatched, completed",
+                [submitted, metric(names.INVOKED, label="dispatched"), *completed],
+            ),
+            _graph(
+                "In flight",
+                [
+                    metric(names.IN_FLIGHT, label="in flight (sessions table)", statistic="Maximum"),
+                    runtime.metric_session_count(label="runtime sessions", period=PERIOD),
+                ],
+                right=[metrics.overdue()],
+            ),
+            _graph(
+                "Dispatch lag (s)",
+                [dispatch_lag, metric(names.QUEUE_DELAY, label="submitted -> dispatched p90", statistic="p90")],
+                right=[metric(names.REQUEUED, label="re-queued")],
+            ),
+        )
+        self.dashboard.add_widgets(
+            _graph(
+                "Invoke throttles and failures",
+                [
+                    metrics.throttled(),
+                    metrics.out_of_sessions(),
+                    runtime.metric_throttles(label="runtime throttles", period=PERIOD),
+                ],
+            ),
+            _graph(
+                "Runtime",
+                [
+                    runtime.metric_invocations(label="invocations", period=PERIOD),
+                    runtime.metric_system_errors(label="system errors", period=PERIOD),
+                    runtime.metric_user_errors(label="user errors", period=PERIOD),
+                ],
+                right=[runtime.metric_latency(label="latency", period=PERIOD)],
+            ),
+            _graph("Dead-letter queue depth", list(dead_letter_depths(dead_letter_queues).values())),
+        )
+        self.dashboard.add_widgets(
+            _graph(
+                "Lambda errors",
+                [fn.metric_errors(label=name, period=PERIOD, statistic="Sum") for name, fn in functions.items()],
+            ),
+            _graph(
+                "Lambda duration p90",
+                [fn.metric_duration(label=name, period=PERIOD, statistic="p90") for name, fn in functions.items()],
+            ),
+            _graph("Reward mean", [metric(names.REWARD, label="reward", statistic="Average")]),
+        )
+        self.dashboard.add_widgets(
+            _graph(
+                "Rollout duration (s)",
+                [metric(names.DURATION, label=p, statistic=p) for p in ("p50", "p90", "p99")],
+                annotations=[cw.HorizontalAnnotation(value=max_lifetime_s, label="max session lifetime")],
+            ),
+            cw.AlarmStatusWidget(title="Alarms", alarms=alarms, width=2 * WIDTH),
+        )
+
+
 class Monitoring(Construct):
-    """Dashboard (throughput, backlog, runtime, Lambdas, DLQs, rewards, durations) and alarms.
+    """The experiment's alarms and dashboard.
 
     Alarms: any DLQ not empty, any Lambda error, sustained invoke throttling, and stuck rollouts: the
     sweeper's ``RolloutsOverdue`` gauge above 0 for ``STUCK_MINUTES`` minutes, i.e. rollouts in flight more
@@ -49,159 +243,31 @@ class Monitoring(Construct):
         max_lifetime_s: int,
     ) -> None:
         super().__init__(scope, construct_id)
-        self._exp_id = exp_id
-        submitted = dispatch_queue.metric_number_of_messages_sent(label="submitted", period=PERIOD, statistic="Sum")
-        completed = [
-            self.metric(names.COMPLETED, label=status.value, extra={names.STATUS_DIMENSION: status.value})
-            for status in Status
-        ]
-        dispatch_lag = dispatch_queue.metric_approximate_age_of_oldest_message(label="oldest dispatch request (s)")
-        dlq_depths = {
-            name: queue.metric_approximate_number_of_messages_visible(label=name, period=PERIOD, statistic="Maximum")
-            for name, queue in dead_letter_queues.items()
-        }
-        self.alarms: list[cw.Alarm] = []
-        for name, depth in dlq_depths.items():
-            self.alarms.append(
-                depth.create_alarm(
-                    self,
-                    f"DeadLetters-{name}",
-                    alarm_description=f"{exp_id}: messages in the {name} dead-letter queue",
-                    threshold=1,
-                    evaluation_periods=1,
-                    comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                    treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-                )
-            )
-        for name, function in functions.items():
-            self.alarms.append(
-                function.metric_errors(period=PERIOD, statistic="Sum").create_alarm(
-                    self,
-                    f"Errors-{name}",
-                    alarm_description=f"{exp_id}: the {name} Lambda failed (see its log group)",
-                    threshold=1,
-                    evaluation_periods=1,
-                    comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                    treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-                )
-            )
-        throttled = self.metric(
-            names.DISPATCH_ERRORS, label="throttled invokes", extra={names.ERROR_CODE_DIMENSION: THROTTLING.code}
-        )
-        out_of_sessions = self.metric(
-            names.DISPATCH_ERRORS,
-            label="session quota exceeded",
-            extra={names.ERROR_CODE_DIMENSION: SERVICE_QUOTA_EXCEEDED.code},
-        )
-        self.alarms.append(
-            throttled.create_alarm(
-                self,
-                "SustainedThrottling",
-                alarm_description=f"{exp_id}: InvokeAgentRuntime throttled or out of sessions for "
-                f"{THROTTLE_MINUTES} minutes; lower tps_limit or session_budget, or raise the quotas",
-                threshold=1,
-                evaluation_periods=THROTTLE_MINUTES,
-                comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-            )
-        )
-        grace_min = names.OVERDUE_GRACE_S // 60
-        overdue = self.metric(names.OVERDUE, label=f"stuck (> {grace_min} min past deadline)", statistic="Maximum")
-        self.alarms.append(
-            overdue.create_alarm(
-                self,
-                "StuckRollouts",
-                alarm_description=f"{exp_id}: rollouts still in flight more than {grace_min} min past their "
-                "deadline that the sweeper cannot end (its log names them: 'rollout stuck in flight'), or no "
-                "data because the sweeper is not running (see its Errors alarm and its schedule)",
-                threshold=0,
-                evaluation_periods=STUCK_MINUTES,
-                datapoints_to_alarm=STUCK_MINUTES,
-                comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                treat_missing_data=cw.TreatMissingData.BREACHING,
-            )
-        )
-        self.dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=dashboard_name)
-        self.dashboard.add_widgets(
-            self._graph(
-                "Submitted, dispatched, completed",
-                [submitted, self.metric(names.INVOKED, label="dispatched"), *completed],
-            ),
-            self._graph(
-                "In flight",
-                [
-                    self.metric(names.IN_FLIGHT, label="in flight (sessions table)", statistic="Maximum"),
-                    runtime.metric_session_count(label="runtime sessions", period=PERIOD),
-                ],
-                right=[overdue],
-            ),
-            self._graph(
-                "Dispatch lag (s)",
-                [dispatch_lag, self.metric(names.QUEUE_DELAY, label="submitted -> dispatched p90", statistic="p90")],
-                right=[self.metric(names.REQUEUED, label="re-queued")],
-            ),
-        )
-        self.dashboard.add_widgets(
-            self._graph(
-                "Invoke throttles and failures",
-                [
-                    throttled,
-                    out_of_sessions,
-                    runtime.metric_throttles(label="runtime throttles", period=PERIOD),
-                ],
-            ),
-            self._graph(
-                "Runtime",
-                [
-                    runtime.metric_invocations(label="invocations", period=PERIOD),
-                    runtime.metric_system_errors(label="system errors", period=PERIOD),
-                    runtime.metric_user_errors(label="user errors", period=PERIOD),
-                ],
-                right=[runtime.metric_latency(label="latency", period=PERIOD)],
-            ),
-            self._graph("Dead-letter queue depth", list(dlq_depths.values())),
-        )
-        self.dashboard.add_widgets(
-            self._graph(
-                "Lambda errors",
-                [fn.metric_errors(label=name, period=PERIOD, statistic="Sum") for name, fn in functions.items()],
-            ),
-            self._graph(
-                "Lambda duration p90",
-                [fn.metric_duration(label=name, period=PERIOD, statistic="p90") for name, fn in functions.items()],
-            ),
-            self._graph("Reward mean", [self.metric(names.REWARD, label="reward", statistic="Average")]),
-        )
-        self.dashboard.add_widgets(
-            self._graph(
-                "Rollout duration (s)",
-                [self.metric(names.DURATION, label=p, statistic=p) for p in ("p50", "p90", "p99")],
-                annotations=[cw.HorizontalAnnotation(value=max_lifetime_s, label="max session lifetime")],
-            ),
-            cw.AlarmStatusWidget(title="Alarms", alarms=self.alarms, width=2 * WIDTH),
-        )
+        self.metrics = RolloutMetrics(exp_id)
+        self.alarms = RolloutAlarms(
+            self, "Alarms", metrics=self.metrics, dead_letter_queues=dead_letter_queues, functions=functions
+        ).alarms
+        self.dashboard = RolloutDashboard(
+            self,
+            "Dashboard",
+            metrics=self.metrics,
+            dashboard_name=dashboard_name,
+            runtime=runtime,
+            dispatch_queue=dispatch_queue,
+            dead_letter_queues=dead_letter_queues,
+            functions=functions,
+            alarms=self.alarms,
+            max_lifetime_s=max_lifetime_s,
+        ).dashboard
 
-    def metric(
-        self, name: str, *, label: str | None = None, statistic: str = "Sum", extra: Mapping[str, str] | None = None
-    ) -> cw.Metric:
-        """A metric the Lambdas emit for this experiment, per minute."""
-        return cw.Metric(
-            namespace=names.NAMESPACE,
-            metric_name=name,
-            dimensions_map={names.EXP_DIMENSION: self._exp_id, **(extra or {})},
-            label=label or name,
-            statistic=statistic,
-            period=PERIOD,
-        )
 
-    @staticmethod
-    def _graph(
-        title: str,
-        left: list[cw.IMetric],
-        *,
-        right: list[cw.IMetric] | None = None,
-        annotations: list[cw.HorizontalAnnotation] | None = None,
-    ) -> cw.GraphWidget:
-        return cw.GraphWidget(
-            title=title, left=left, right=right or [], left_annotations=annotations or [], width=WIDTH, height=6
-        )
+def _graph(
+    title: str,
+    left: list[cw.IMetric],
+    *,
+    right: list[cw.IMetric] | None = None,
+    annotations: list[cw.HorizontalAnnotation] | None = None,
+) -> cw.GraphWidget:
+    return cw.GraphWidget(
+        title=title, left=left, right=right or [], left_annotations=annotations or [], width=WIDTH, height=6
+    )

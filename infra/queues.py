@@ -6,10 +6,7 @@ from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from rollout_contract.resources import QueueSpec
-
-#: SQS's maximum: a dead letter waits two weeks for someone to look at it.
-DLQ_RETENTION = Duration.days(14)
+from rollout_contract.resources import DLQ_RETENTION_S, QueueSpec
 
 
 class RolloutQueue(Construct):
@@ -24,7 +21,7 @@ class RolloutQueue(Construct):
             queue_name=spec.dlq_name,
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
-            retention_period=DLQ_RETENTION,
+            retention_period=Duration.seconds(DLQ_RETENTION_S),
             removal_policy=RemovalPolicy.DESTROY,
         )
         self.queue = sqs.Queue(

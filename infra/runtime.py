@@ -2,35 +2,53 @@
 
 from __future__ import annotations
 
-from aws_cdk import Annotations, Duration, Fn
+from aws_cdk import Annotations, Arn, ArnComponents, Duration, Fn, RemovalPolicy, Stack
 from aws_cdk import aws_bedrockagentcore as agentcore
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from infra.nag import acknowledge
+from infra.nag import acknowledge, nag_arn
 from infra.settings import MUTABLE_IMAGE_TAGS, ImageDirectory, ImageTag, VpcPlacement
+from rollout_contract.protocol import DEFAULT_QUALIFIER
 
-_LOGS = "arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:"
-_RUNTIME_LOGS = f"{_LOGS}/aws/bedrock-agentcore/runtimes/*"
-#: Wildcards in the execution role the ``Runtime`` L2 generates, and why each is as narrow as IAM allows.
-_GENERATED_ROLE_WILDCARDS = {
-    "*": "X-Ray, ecr:GetAuthorizationToken and cloudwatch:PutMetricData (conditioned on its namespace) "
-    "take no resource.",
-    f"{_LOGS}*": "logs:DescribeLogGroups is account-wide.",
-    _RUNTIME_LOGS: "ACR names the runtime's log groups at deploy time.",
-    f"{_RUNTIME_LOGS}:log-stream:*": "ACR creates a log stream per session.",
-    "arn:<AWS::Partition>:bedrock-agentcore:<AWS::Region>:<AWS::AccountId>:workload-identity-directory/default"
-    "/workload-identity/*": "ACR creates the runtime's workload identity.",
-}
+#: ACR appends '-' and 10 letters or digits to a runtime's name to make its id (AgentRuntimeId's pattern).
+RUNTIME_ID_SUFFIX_LENGTH = 10
+#: Where ACR writes the agent's output: one log group per runtime endpoint, ``{runtime id}-{endpoint}``.
+RUNTIME_LOG_GROUP_PREFIX = "/aws/bedrock-agentcore/runtimes/"
+RUNTIME_LOG_RETENTION = logs.RetentionDays.ONE_MONTH
+#: The id CDK gives the one function per stack that sets log retentions (a fixed UUID in aws-logs).
+LOG_RETENTION_FUNCTION_ID = "LogRetentionaae0aa3c5b4d4f87b02d85b201efdd8a"
+#: ACR's longest session: the execution role's sessions last as long.
+MAX_ROLE_SESSION = Duration.hours(8)
+
+
+def runtime_arn_patterns(scope: Construct, runtime_name: str) -> list[str]:
+    """``aws:SourceArn`` patterns matching runtime ``runtime_name`` (and paths under it) and nothing else.
+
+    A runtime id is the name, '-', and exactly ten letters or digits; names hold no '-', so
+    ``rollout_demo-??????????`` cannot match ``rollout_demo_2``'s runtime.
+    """
+    runtime = Arn.format(
+        ArnComponents(
+            service="bedrock-agentcore",
+            resource="runtime",
+            resource_name=f"{runtime_name}-{'?' * RUNTIME_ID_SUFFIX_LENGTH}",
+        ),
+        Stack.of(scope),
+    )
+    return [runtime, f"{runtime}/*"]
 
 
 class AgentRuntime(Construct):
-    """An ACR ``Runtime`` (HTTP protocol) running the agent image, with a role CDK generates for it.
+    """An ACR ``Runtime`` (HTTP protocol) running the agent image, with its execution role and log retention.
 
-    The generated execution role trusts ``bedrock-agentcore.amazonaws.com`` (scoped to this account and
-    runtime) and may write logs, traces and metrics and pull the image; the stack adds the result writes.
+    The execution role trusts ``bedrock-agentcore.amazonaws.com`` for this account and this runtime only
+    (:func:`runtime_arn_patterns`); the ``Runtime`` L2 grants it logs, traces, metrics and the image pull,
+    and the stack adds the result writes. The stack sets the retention of the runtime's log group.
     """
 
     def __init__(
@@ -47,10 +65,25 @@ class AgentRuntime(Construct):
         vpc: VpcPlacement | None,
     ) -> None:
         super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        self.execution_role = iam.Role(
+            self,
+            "ExecutionRole",
+            assumed_by=iam.ServicePrincipal(
+                "bedrock-agentcore.amazonaws.com",
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                    "ArnLike": {"aws:SourceArn": runtime_arn_patterns(self, runtime_name)},
+                },
+            ),
+            description=f"Execution role of the AgentCore Runtime {runtime_name}",
+            max_session_duration=MAX_ROLE_SESSION,
+        )
         self.runtime = agentcore.Runtime(
             self,
             "Runtime",
             runtime_name=runtime_name,
+            execution_role=self.execution_role,
             description=f"Rollout agent ({runtime_name})",
             agent_runtime_artifact=self._artifact(image, repository),
             protocol_configuration=agentcore.ProtocolType.HTTP,
@@ -67,8 +100,57 @@ class AgentRuntime(Construct):
                 f"image tag {image.tag!r} is mutable: pushing a new image under it does not update the runtime; "
                 "deploy with -c image_tag=<an immutable tag> for real runs",
             )
-        for resource, reason in _GENERATED_ROLE_WILDCARDS.items():
-            acknowledge(self.runtime, f"AwsSolutions-IAM5[Resource::{resource}]", f"CDK's ACR execution role: {reason}")
+        self._set_log_retention()
+        self._acknowledge_role_wildcards()
+
+    def _set_log_retention(self) -> None:
+        """Give the runtime's log group (which ACR creates) a retention, whether it exists yet or not.
+
+        CDK's ``LogRetention`` creates the group if it is missing and sets the retention either way, so it
+        cannot race ACR the way a ``AWS::Logs::LogGroup`` of the same name would ("already exists").
+        """
+        log_group_name = Fn.join("", [RUNTIME_LOG_GROUP_PREFIX, self.runtime.agent_runtime_id, f"-{DEFAULT_QUALIFIER}"])
+        logs.LogRetention(
+            self,
+            "LogRetention",
+            log_group_name=log_group_name,
+            retention=RUNTIME_LOG_RETENTION,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        setter = Stack.of(self).node.find_child(LOG_RETENTION_FUNCTION_ID)
+        acknowledge(
+            setter,
+            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
+            "CDK's log-retention function writes its own logs with the basic execution policy.",
+        )
+        acknowledge(
+            setter,
+            "AwsSolutions-IAM5[Resource::*]",
+            "CDK's log-retention function: logs:DescribeLogGroups takes no resource.",
+        )
+        acknowledge(
+            setter,
+            f"AwsSolutions-IAM5[Resource::{nag_arn(self, 'logs', 'log-group:')}{RUNTIME_LOG_GROUP_PREFIX}"
+            f"<{Stack.of(self).get_logical_id(self.runtime.node.default_child)}.AgentRuntimeId>-{DEFAULT_QUALIFIER}:*]",
+            "CDK's log-retention function: the runtime's log group and its streams only.",
+        )
+
+    def _acknowledge_role_wildcards(self) -> None:
+        """Accept the wildcards the ``Runtime`` L2 grants its execution role, each as narrow as IAM allows."""
+        log_groups = nag_arn(self, "logs", "log-group:")
+        runtime_logs = f"{log_groups}{RUNTIME_LOG_GROUP_PREFIX}*"
+        reasons = {
+            "*": "X-Ray, ecr:GetAuthorizationToken and cloudwatch:PutMetricData (conditioned on its namespace) "
+            "take no resource.",
+            f"{log_groups}*": "logs:DescribeLogGroups is account-wide.",
+            runtime_logs: "ACR names the runtime's log groups at deploy time.",
+            f"{runtime_logs}:log-stream:*": "ACR creates a log stream per session.",
+            nag_arn(self, "bedrock-agentcore", "workload-identity-directory/default/workload-identity/*"): (
+                "ACR creates the runtime's workload identity."
+            ),
+        }
+        for resource, reason in reasons.items():
+            acknowledge(self, f"AwsSolutions-IAM5[Resource::{resource}]", f"CDK's ACR execution role: {reason}")
 
     @staticmethod
     def _artifact(image: ImageTag | ImageDirectory, repository: ecr.IRepository) -> agentcore.AgentRuntimeArtifact:

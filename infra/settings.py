@@ -19,11 +19,10 @@ from rollout_contract.protocol import (
     DEFAULT_INVOKE_TPS,
     DEFAULT_MAX_LIFETIME_S,
 )
+from rollout_contract.resources import AGENT_REPOSITORY_NAME
 
-#: The image tag used when neither ``-c image_tag`` nor ``-c agent_dir`` is given (mutable: demos only).
-DEFAULT_IMAGE_TAG = "latest"
-#: Tags left mutable in the otherwise immutable agent repository.
-MUTABLE_IMAGE_TAGS = (DEFAULT_IMAGE_TAG,)
+#: Tags left mutable in the otherwise immutable agent repository (never a default: the image is always named).
+MUTABLE_IMAGE_TAGS = ("latest",)
 #: ACR's bounds for both lifecycle settings, in seconds.
 LIFECYCLE_MIN_S = 60
 LIFECYCLE_MAX_S = 28_800
@@ -58,7 +57,6 @@ CONTEXT_FLAGS = (
     "session_budget",
     "dispatcher_max_concurrency",
     "dispatcher_reserved_concurrency",
-    "powertools_layer_version",
 )
 
 
@@ -104,7 +102,6 @@ class ExperimentSettings:
     session_budget: int = int(DEFAULT_ACTIVE_SESSION_QUOTA * 0.9)
     dispatcher_max_concurrency: int = 5
     dispatcher_reserved_concurrency: int | None = None
-    powertools_layer_version: str = "latest"
 
 
 def experiment_settings(context: Mapping[str, str | None]) -> ExperimentSettings:
@@ -144,7 +141,6 @@ def experiment_settings(context: Mapping[str, str | None]) -> ExperimentSettings
         dispatcher_reserved_concurrency=(
             None if reserved is None else _integer(context, "dispatcher_reserved_concurrency", 0, 1, 10_000)
         ),
-        powertools_layer_version=_text(context, "powertools_layer_version") or "latest",
     )
 
 
@@ -190,7 +186,13 @@ def _image(context: Mapping[str, str | None]) -> ImageTag | ImageDirectory:
         )
     if directory:
         return ImageDirectory(path=directory)
-    return ImageTag(tag=tag or DEFAULT_IMAGE_TAG)
+    if tag is None:
+        raise ContextError(
+            f"missing -c image_tag=TAG: name the agent image to run, a linux/arm64 image pushed to the ECR "
+            f"repository {AGENT_REPOSITORY_NAME!r} (README, 'Deploying to AWS'), e.g. -c image_tag=v1; "
+            "or build one at deploy time with -c agent_dir=DIR (needs Docker)"
+        )
+    return ImageTag(tag=tag)
 
 
 def _environment(context: Mapping[str, str | None]) -> dict[str, str]:

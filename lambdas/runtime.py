@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 import boto3
+import botocore
 
 from lambdas.acr import CLIENT_CONFIG, Acr
 from lambdas.ledger import Ledger
-from lambdas.observability import bind_experiment
+from lambdas.observability import bind_experiment, logger
 from lambdas.store import ResultStore
 from lambdas.tps import TpsBudget
 from rollout_contract.resources import ExperimentResources, HandlerSettings
@@ -108,4 +109,6 @@ def current_runtime() -> Runtime:
     """
     settings = HandlerSettings.from_env()
     bind_experiment(settings.exp_id)
+    # The SDK ships with the function (infra/functions.py); its version says which API operations exist.
+    logger.info("cold start", extra={"boto3_version": boto3.__version__, "botocore_version": botocore.__version__})
     return Runtime.build(settings)

@@ -19,6 +19,7 @@ from botocore.exceptions import ClientError
 from local_stack.moto_server import DUMMY_CREDENTIALS, LOCAL_REGION
 from rollout_contract.resources import (
     BUDGET_TABLE,
+    DLQ_RETENTION_S,
     LOCAL_RESULTS_BUCKET,
     ExperimentDescriptor,
     ExperimentResources,
@@ -29,8 +30,6 @@ from rollout_contract.resources import (
 
 __all__ = ["AwsClients", "ProvisionedExperiment", "provision_experiment", "provision_shared"]
 
-#: Dead-letter queues keep messages for SQS's maximum, 14 days, so nothing is lost before a person looks.
-DLQ_RETENTION_S = 14 * 24 * 3600
 COMPLETION_TARGET_ID = "completion-queue"
 FINISHER_TARGET_ID = "finisher-queue"
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import re
 import uuid
 
+from rollout_contract.naming import EXP_ID_MAX_LENGTH, LIMITING_NAME
+
 SESSION_ID_MIN_LENGTH = 33
 SESSION_ID_MAX_LENGTH = 256
 INPUT_ID_MAX_LENGTH = 512
-EXP_ID_MAX_LENGTH = 40
 
 _EXP_ID_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$")
 # Characters that URL encoding leaves as they are: S3 event notifications URL-encode object keys, so
@@ -30,14 +31,16 @@ def validate_exp_id(exp_id: str) -> str:
     """Return ``exp_id`` if it can name an experiment, else raise :class:`InvalidIdError`.
 
     Experiment ids become S3 prefixes and parts of AWS resource names (queues, tables, stacks), so they
-    are 1-40 characters of lowercase letters, digits and inner hyphens.
+    are lowercase letters, digits and inner hyphens, at most :data:`EXP_ID_MAX_LENGTH` characters (what
+    the longest derived name leaves, see ``rollout_contract.naming``).
     """
     if not isinstance(exp_id, str) or not exp_id:
         raise InvalidIdError("exp_id must be a non-empty string, e.g. 'gsm8k-grpo-1'")
     if len(exp_id) > EXP_ID_MAX_LENGTH or not _EXP_ID_RE.match(exp_id):
         raise InvalidIdError(
             f"exp_id {exp_id!r} is invalid: use 1-{EXP_ID_MAX_LENGTH} lowercase letters, digits and "
-            "hyphens, starting and ending with a letter or digit (it names AWS resources)"
+            "hyphens, starting and ending with a letter or digit (it names AWS resources; the longest, "
+            f"{LIMITING_NAME.template!r}, is limited by {LIMITING_NAME.limited_by})"
         )
     return exp_id
 

@@ -16,17 +16,19 @@ from pydantic import BaseModel, ConfigDict, Field
 from rollout_contract.events import OBJECT_CREATED, S3_SOURCE
 from rollout_contract.ids import validate_exp_id
 from rollout_contract.keys import experiment_prefix
+from rollout_contract.naming import DLQ_SUFFIX, EXPERIMENT_NAMES, PROJECT
 from rollout_contract.protocol import DEFAULT_ACTIVE_SESSION_QUOTA, DEFAULT_INVOKE_TPS, DEFAULT_QUALIFIER
 
-PROJECT = "agentcore-rollouts"
-DESCRIPTOR_PARAMETER_PREFIX = f"/{PROJECT}/experiments/"
+DESCRIPTOR_PARAMETER_PREFIX = EXPERIMENT_NAMES["descriptor_parameter"].render("")
 SHARED_STACK_NAME = "AgentcoreRollouts-Shared"
 LOCAL_RESULTS_BUCKET = f"{PROJECT}-results-local"
 HANDLER_ENV_PREFIX = "ROLLOUTS_"
 #: ECR repository (shared stack) that holds the agent images of every experiment.
 AGENT_REPOSITORY_NAME = f"{PROJECT}-agents"
-#: Runtime names allow letters, digits and underscores only, at most 48 characters.
-RUNTIME_NAME_PREFIX = "rollout_"
+_DAY_S = 24 * 3600
+#: SQS's maximum: a dead letter waits two weeks for someone to look at it. SQS counts a message's age from
+#: its first enqueue, so every source queue keeps messages for at most half of this (see QueueSpec).
+DLQ_RETENTION_S = 14 * _DAY_S
 
 
 def results_bucket_name(account: str, region: str) -> str:
@@ -35,7 +37,12 @@ def results_bucket_name(account: str, region: str) -> str:
 
 
 class QueueSpec(NamedTuple):
-    """An SQS queue with its dead-letter queue."""
+    """An SQS queue with its dead-letter queue (which keeps messages :data:`DLQ_RETENTION_S`).
+
+    A queue a Lambda consumes has a visibility timeout of at least six times the function's timeout (AWS's
+    advice for SQS event sources; the CDK tests check it), and every queue keeps messages at most half as
+    long as its dead-letter queue, so a message moved there late still waits days for someone to look.
+    """
 
     name: str
     visibility_timeout_s: int
@@ -45,7 +52,7 @@ class QueueSpec(NamedTuple):
     @property
     def dlq_name(self) -> str:
         """Name of the dead-letter queue that catches messages received ``max_receive_count`` times."""
-        return f"{self.name}-dlq"
+        return f"{self.name}{DLQ_SUFFIX}"
 
     def dlq_url(self, queue_url: str) -> str:
         """URL of the dead-letter queue, given this queue's URL (same account, region and endpoint)."""
@@ -94,50 +101,49 @@ class ExperimentResources(NamedTuple):
     result_rule_name: str
     descriptor_parameter: str
     stack_name: str
-    dashboard_name: str
+    runtime_name: str
 
     @classmethod
     def for_experiment(cls, exp_id: str) -> ExperimentResources:
-        """Derive every resource name of experiment ``exp_id``."""
+        """Derive every resource name of experiment ``exp_id`` (from ``rollout_contract.naming``)."""
         exp_id = validate_exp_id(exp_id)
-        base = f"{PROJECT}-{exp_id}"
-        day = 24 * 3600
+
+        def name(kind: str) -> str:
+            return EXPERIMENT_NAMES[kind].render(exp_id)
+
         return cls(
             exp_id=exp_id,
             # The dispatcher re-queues throttled messages itself and ends a rollout as dispatch_failed
             # after HandlerSettings.max_dispatch_attempts; the DLQ only catches what it cannot parse.
+            # Visibility: 6x the dispatcher's 60 s timeout; it is also the lease of a dispatcher that died.
             dispatch_queue=QueueSpec(
-                f"{base}-dispatch", visibility_timeout_s=120, retention_s=4 * day, max_receive_count=1000
+                name("dispatch_queue"), visibility_timeout_s=360, retention_s=4 * _DAY_S, max_receive_count=1000
             ),
             # Trainer processes sharing an experiment hand back each other's messages (visibility 0),
             # which counts as a receive: the redrive threshold is SQS's maximum.
             completion_queue=QueueSpec(
-                f"{base}-completions", visibility_timeout_s=60, retention_s=14 * day, max_receive_count=1000
+                name("completion_queue"), visibility_timeout_s=60, retention_s=7 * _DAY_S, max_receive_count=1000
             ),
+            # Visibility: 6x the finisher's 60 s timeout.
             finisher_queue=QueueSpec(
-                f"{base}-finisher", visibility_timeout_s=120, retention_s=4 * day, max_receive_count=10
+                name("finisher_queue"), visibility_timeout_s=360, retention_s=4 * _DAY_S, max_receive_count=10
             ),
             sessions_table=TableSpec(
-                name=f"{base}-sessions",
+                name=name("sessions_table"),
                 partition_key=SESSIONS_PARTITION_KEY,
                 ttl_attribute=TTL_ATTRIBUTE,
                 indexes=(INFLIGHT_INDEX,),
             ),
-            result_rule_name=f"{base}-results",
-            descriptor_parameter=f"{DESCRIPTOR_PARAMETER_PREFIX}{exp_id}",
-            stack_name=f"AgentcoreRollouts-{exp_id}",
-            dashboard_name=base,
+            result_rule_name=name("result_rule"),
+            descriptor_parameter=name("descriptor_parameter"),
+            stack_name=name("stack"),
+            # ACR names: a letter, then letters, digits or underscores (the id's '-' become '_').
+            runtime_name=name("runtime"),
         )
 
-    @property
-    def runtime_name(self) -> str:
-        """Name of the experiment's AgentCore Runtime (``rollout_`` + the id with ``_`` for ``-``)."""
-        return f"{RUNTIME_NAME_PREFIX}{self.exp_id.replace('-', '_')}"
-
-    @property
-    def trainer_policy_name(self) -> str:
-        """Name of the IAM managed policy that grants a trainer what it needs for this experiment."""
-        return f"{PROJECT}-{self.exp_id}-trainer"
+    def dashboard_name(self, region: str) -> str:
+        """Name of the experiment's CloudWatch dashboard in ``region`` (dashboards are account-wide)."""
+        return EXPERIMENT_NAMES["dashboard"].render(self.exp_id, region=region)
 
 
 def result_event_pattern(bucket: str, exp_id: str) -> dict[str, Any]:

@@ -38,7 +38,7 @@ def test_new_session_ids_are_valid_and_distinct():
     [
         ("Upper", "q", SESSION, "lowercase letters"),
         ("-lead", "q", SESSION, "lowercase letters"),
-        ("x" * 41, "q", SESSION, "1-40"),
+        ("x" * 38, "q", SESSION, "1-37"),
         ("exp", "a/b", SESSION, "use only letters"),
         ("exp", "", SESSION, "non-empty"),
         ("exp", "q", "short", "33-256"),

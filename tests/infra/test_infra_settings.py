@@ -7,7 +7,6 @@ import re
 import pytest
 
 from infra.settings import (
-    DEFAULT_IMAGE_TAG,
     ContextError,
     ImageDirectory,
     ImageTag,
@@ -35,12 +34,12 @@ def test_invalid_experiment_name_says_which_flag_and_rule() -> None:
         experiment_settings({"experiment": "Bad_Name"})
 
 
-def test_defaults_give_a_public_runtime_on_the_default_tag() -> None:
-    # GIVEN only the experiment name
+def test_defaults_give_a_public_runtime_on_the_named_tag() -> None:
+    # GIVEN the experiment name and its image tag
     # WHEN the settings are built
-    settings = experiment_settings({"experiment": "demo"})
-    # THEN the image is the default tag, the network public, the lifecycle ACR's defaults
-    assert settings.image == ImageTag(tag=DEFAULT_IMAGE_TAG)
+    settings = experiment_settings({"experiment": "demo", "image_tag": "v1"})
+    # THEN the image is that tag, the network public, the lifecycle ACR's defaults
+    assert settings.image == ImageTag(tag="v1")
     assert settings.vpc is None
     assert (settings.idle_timeout_s, settings.max_lifetime_s) == (DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_LIFETIME_S)
     assert settings.dispatcher_reserved_concurrency is None
@@ -63,13 +62,14 @@ def test_vpc_mode_needs_all_three_flags() -> None:
     # GIVEN a VPC id without subnets or security groups
     # WHEN / THEN the error lists the missing flags
     with pytest.raises(ContextError, match=r"missing -c subnet_ids=\.\.\., -c security_group_ids=\.\.\."):
-        experiment_settings({"experiment": "demo", "vpc_id": "vpc-0abc1234def567890"})
+        experiment_settings({"experiment": "demo", "image_tag": "v1", "vpc_id": "vpc-0abc1234def567890"})
 
 
 def test_vpc_mode_parses_comma_separated_ids() -> None:
     # GIVEN the three VPC flags
     context = {
         "experiment": "demo",
+        "image_tag": "v1",
         "vpc_id": "vpc-0abc1234def567890",
         "subnet_ids": "subnet-0abc1234def567890, subnet-1abc1234def567890",
         "security_group_ids": "sg-0abc1234def567890",
@@ -84,7 +84,7 @@ def test_vpc_mode_parses_comma_separated_ids() -> None:
 
 def test_malformed_subnet_id_is_rejected_with_an_example() -> None:
     # GIVEN a subnet id CloudFormation would refuse
-    context = {"experiment": "demo", "vpc_id": "vpc-0abc1234def567890", "subnet_ids": "subnet-a"}
+    context = {"experiment": "demo", "image_tag": "v1", "vpc_id": "vpc-0abc1234def567890", "subnet_ids": "subnet-a"}
     context["security_group_ids"] = "sg-0abc1234def567890"
     # WHEN / THEN the error names the flag, the bad id and the expected shape
     with pytest.raises(ContextError, match=r"-c subnet_ids has malformed ids \['subnet-a'\].*subnet-0abc"):
@@ -105,13 +105,15 @@ def test_malformed_subnet_id_is_rejected_with_an_example() -> None:
 def test_bad_values_name_their_flag(flag: str, value: str, message: str) -> None:
     # GIVEN one malformed flag WHEN / THEN the error names it
     with pytest.raises(ContextError, match=message):
-        experiment_settings({"experiment": "demo", flag: value})
+        experiment_settings({"experiment": "demo", "image_tag": "v1", flag: value})
 
 
 def test_idle_timeout_longer_than_lifetime_is_rejected() -> None:
     # GIVEN an idle timeout beyond the max lifetime WHEN / THEN the error names both flags
     with pytest.raises(ContextError, match=r"-c idle_timeout_s=3600 exceeds -c max_lifetime_s=600"):
-        experiment_settings({"experiment": "demo", "idle_timeout_s": "3600", "max_lifetime_s": "600"})
+        experiment_settings(
+            {"experiment": "demo", "image_tag": "v1", "idle_timeout_s": "3600", "max_lifetime_s": "600"}
+        )
 
 
 def test_runtime_name_fits_acr_rules_for_the_longest_experiment_id() -> None:

@@ -1,9 +1,12 @@
-"""Template specs of the CDK app: the shared stack and two experiments, synthesized once with cdk-nag."""
+"""Template specs of the CDK app: the shared stack and two experiments, synthesized once with cdk-nag.
+
+The app comes from ``conftest.py`` (``synth``: environment-agnostic; ``synthesized``: both synth modes).
+"""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,59 +15,22 @@ from aws_cdk import App, Stack
 from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Match, Template
 
-from infra.app import build_experiment, build_shared
-from infra.experiment_stack import ExperimentStack
+from infra.functions import powertools_version
 from infra.nag import add_nag_checks
-from infra.settings import experiment_settings
 from rollout_contract.keys import experiment_prefix, payload_ref_prefix
 from rollout_contract.metrics import NAMESPACE, OVERDUE
 from rollout_contract.resources import (
     AGENT_REPOSITORY_NAME,
     BUDGET_TABLE,
-    SHARED_STACK_NAME,
     ExperimentDescriptor,
     ExperimentResources,
     HandlerSettings,
     QueueSpec,
     result_event_pattern,
 )
+from tests.infra.conftest import MODES, Synthesized
 
 pytestmark = pytest.mark.cdk
-
-EXPERIMENTS = ("alpha", "beta")
-
-
-@dataclass(frozen=True)
-class Synthesized:
-    """The synthesized app: each stack's template, the stack objects, and the validation report."""
-
-    shared: Template
-    experiments: dict[str, Template]
-    stacks: dict[str, ExperimentStack]
-    report: dict[str, Any]
-
-
-@pytest.fixture(scope="module")
-def synth(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
-    outdir = tmp_path_factory.mktemp("cdk.out")
-    app = App(outdir=str(outdir))
-    add_nag_checks(app)
-    shared = build_shared(app)
-    stacks = {
-        exp_id: build_experiment(app, experiment_settings({"experiment": exp_id, "image_tag": "v1"}), shared=shared)
-        for exp_id in EXPERIMENTS
-    }
-    assembly = app.synth()
-    return Synthesized(
-        shared=Template.from_json(assembly.get_stack_by_name(SHARED_STACK_NAME).template),
-        experiments={
-            exp_id: Template.from_json(assembly.get_stack_by_name(stack.stack_name).template)
-            for exp_id, stack in stacks.items()
-        },
-        stacks=stacks,
-        report=json.loads((Path(outdir) / "validation-report.json").read_text()),
-    )
-
 
 def _resources(template: Template, kind: str) -> dict[str, dict[str, Any]]:
     return template.find_resources(kind)
@@ -125,10 +91,12 @@ def _grants(statements: list[dict[str, Any]]) -> set[tuple[str, str]]:
     return pairs
 
 
-def test_every_stack_passes_cdk_nag_aws_solutions(synth: Synthesized) -> None:
-    # GIVEN the app synthesized with the AwsSolutions pack (synth raises on an unacknowledged finding)
+@pytest.mark.parametrize("mode", MODES)
+def test_every_stack_passes_cdk_nag_aws_solutions(synthesized: dict[str, Synthesized], mode: str) -> None:
+    # GIVEN the app synthesized with the AwsSolutions pack (synth raises on an unacknowledged finding),
+    # environment-agnostic and environment-bound (what `cdk deploy` synthesizes with credentials)
     # WHEN the validation report is read
-    reports = synth.report["pluginReports"]
+    reports = synthesized[mode].report["pluginReports"]
     # THEN no plugin reports a violation that was not acknowledged
     assert [r["pluginName"] for r in reports if r["conclusion"] != "success"] == []
 
@@ -340,8 +308,8 @@ def test_dispatcher_and_finisher_consume_their_queues_with_partial_batch_failure
 
 def test_functions_run_the_contract_handlers_on_arm64_with_the_powertools_layer(synth: Synthesized) -> None:
     # GIVEN the alpha stack's functions
-    functions = [f["Properties"] for f in _resources(synth.experiments["alpha"], "AWS::Lambda::Function").values()]
-    # THEN the three handlers run on Python 3.14 ARM64, with HandlerSettings' variables and the public layer
+    functions = _rollout_functions(synth.experiments["alpha"])
+    # THEN the three handlers run on Python 3.14 ARM64, with HandlerSettings' variables and the pinned layer
     assert sorted(f["Handler"] for f in functions) == [
         "lambdas.dispatcher.handler",
         "lambdas.finisher.handler",
@@ -354,6 +322,17 @@ def test_functions_run_the_contract_handlers_on_arm64_with_the_powertools_layer(
         assert {name.removeprefix("ROLLOUTS_").lower() for name in function["Environment"]["Variables"]} == variables
         assert len(function["Layers"]) == 1
         assert function["Layers"][0]["Ref"].startswith("SsmParameterValueawsservicepowertoolspythonarm64python314")
+    # AND the layer is the pinned release (the one the suite runs), never `latest`
+    parameters = synth.experiments["alpha"].to_json()["Parameters"]
+    layer_parameter = parameters[functions[0]["Layers"][0]["Ref"]]["Default"]
+    assert layer_parameter == f"/aws/service/powertools/python/arm64/python3.14/{powertools_version()}"
+    assert powertools_version() == importlib.metadata.version("aws-lambda-powertools")
+
+
+def _rollout_functions(template: Template) -> list[dict[str, Any]]:
+    """The experiment's own functions (not CDK's log-retention helper)."""
+    functions = [f["Properties"] for f in _resources(template, "AWS::Lambda::Function").values()]
+    return [f for f in functions if f["Handler"].startswith("lambdas.")]
 
 
 def test_log_groups_have_a_retention(synth: Synthesized) -> None:
@@ -371,7 +350,7 @@ def test_sweeper_runs_every_minute(synth: Synthesized) -> None:
 
 def test_runtime_role_may_write_results_only_under_the_experiment_prefix(synth: Synthesized) -> None:
     # GIVEN the runtime's execution role
-    statements = _statements(synth.experiments["alpha"], "AgentRuntimeExecutionRoleDefaultPolicy")
+    statements = _statements(synth.experiments["alpha"], "AgentExecutionRoleDefaultPolicy")
     # WHEN its S3 grants are collected
     s3_grants = {pair for pair in _grants(statements) if pair[0].startswith("s3:")}
     # THEN it is exactly PutObject on <bucket>/alpha/*
@@ -396,7 +375,9 @@ def test_lambda_roles_hold_exactly_their_grants(synth: Synthesized) -> None:
     finisher_queue = f"<{_logical_id(template, 'AWS::SQS::Queue', QueueName=names.finisher_queue.name)}.Arn>"
     stop = {("bedrock-agentcore:StopRuntimeSession", r) for r in (runtime, f"{runtime}/*")}
     # WHEN each role's grants are collected (logs, tables and queue consumption aside, checked by resource)
-    grants = {name: _grants(_statements(template, f"{name}Role")) for name in ("Dispatcher", "Finisher", "Sweeper")}
+    grants = {
+        name: _grants(_statements(template, f"Workers{name}Role")) for name in ("Dispatcher", "Finisher", "Sweeper")
+    }
 
     # THEN the runtime, S3 and queue grants are exactly what each function needs
     def scoped(pairs: set[tuple[str, str]]) -> set[tuple[str, str]]:
@@ -430,12 +411,11 @@ _CONSUME = (
 )
 
 
-def test_trainer_policy_grants_exactly_what_a_trainer_needs(synth: Synthesized) -> None:
-    # GIVEN the alpha stack's trainer policy
+def test_trainer_role_grants_exactly_what_a_trainer_needs(synth: Synthesized) -> None:
+    # GIVEN the alpha stack's trainer role and its policy
     template = synth.experiments["alpha"]
     names = ExperimentResources.for_experiment("alpha")
-    policy = _one(template, "AWS::IAM::ManagedPolicy", ManagedPolicyName=names.trainer_policy_name)
-    statements = [_render(s) for s in policy["Properties"]["PolicyDocument"]["Statement"]]
+    statements = _statements(template, "TrainerPolicy")
     dispatch_queue = f"<{_logical_id(template, 'AWS::SQS::Queue', QueueName=names.dispatch_queue.name)}.Arn>"
     completion_queue = f"<{_logical_id(template, 'AWS::SQS::Queue', QueueName=names.completion_queue.name)}.Arn>"
     table = f"<{_logical_id(template, 'AWS::DynamoDB::Table', TableName=names.sessions_table.name)}.Arn>"
@@ -536,7 +516,6 @@ def test_two_experiments_deploy_side_by_side_without_collisions(synth: Synthesiz
         "AWS::DynamoDB::Table": "TableName",
         "AWS::Events::Rule": "Name",
         "AWS::SSM::Parameter": "Name",
-        "AWS::IAM::ManagedPolicy": "ManagedPolicyName",
         "AWS::BedrockAgentCore::Runtime": "AgentRuntimeName",
         "AWS::CloudWatch::Dashboard": "DashboardName",
     }
@@ -555,6 +534,8 @@ def test_two_experiments_deploy_side_by_side_without_collisions(synth: Synthesiz
 
 
 def test_no_experiment_grant_reaches_another_experiments_prefix(synth: Synthesized) -> None:
-    # GIVEN alpha's template WHEN searched for beta's names THEN none appear
+    # GIVEN alpha's template WHEN searched for alpha-2's names (alpha's own name is a prefix of them)
     text = json.dumps(synth.experiments["alpha"].to_json())
-    assert "beta" not in text
+    # THEN none appear: no grant of alpha's (a prefix ends with '/') covers alpha-2's resources
+    assert "alpha-2" not in text and "alpha_2" not in text
+    assert experiment_prefix("alpha").endswith("/")

@@ -1,0 +1,112 @@
+"""What a trainer may do with one experiment, as a role the experiment stack owns.
+
+Trainers assume the role (an AWS profile with ``role_arn``, README "Deploying to AWS") instead of having a
+managed policy attached to their own users or roles: nothing outside the stack refers to it, so
+``cdk destroy`` always works, and its generated name never collides across regions or experiments.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_ssm as ssm
+from constructs import Construct
+
+from infra.nag import acknowledge
+from infra.workers import PAYLOAD_KEYS, RESULT_KEYS
+from rollout_contract.keys import experiment_prefix, payload_ref_prefix
+from rollout_contract.resources import TableSpec
+
+#: How long one assumed-role session lasts; boto3 renews it on its own for a profile with ``role_arn``.
+TRAINER_SESSION = Duration.hours(12)
+
+
+class TrainerAccess(Construct):
+    """A role any principal of this account may assume (when its own policy allows ``sts:AssumeRole``).
+
+    It may submit rollouts, receive completions, read results and the descriptor, park oversized payloads,
+    and read rollout status and queue depths: of this experiment only.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        exp_id: str,
+        dispatch_queue: sqs.IQueue,
+        completion_queue: sqs.IQueue,
+        dead_letter_queues: list[sqs.IQueue],
+        bucket: s3.IBucket,
+        descriptor: ssm.IStringParameter,
+        sessions_table: dynamodb.ITable,
+        sessions_spec: TableSpec,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        results = bucket.arn_for_objects(f"{experiment_prefix(exp_id)}*")
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.AccountRootPrincipal(),
+            description=f"Assumed by trainer processes of experiment {exp_id}",
+            max_session_duration=TRAINER_SESSION,
+        )
+        self.policy = iam.Policy(
+            self,
+            "Policy",
+            roles=[self.role],
+            statements=[
+                iam.PolicyStatement(
+                    sid="SubmitRollouts",
+                    actions=["sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"],
+                    resources=[dispatch_queue.queue_arn],
+                ),
+                iam.PolicyStatement(
+                    sid="ReceiveCompletions",
+                    actions=[
+                        "sqs:ReceiveMessage",
+                        "sqs:DeleteMessage",
+                        "sqs:ChangeMessageVisibility",
+                        "sqs:GetQueueAttributes",
+                        "sqs:GetQueueUrl",
+                    ],
+                    resources=[completion_queue.queue_arn],
+                ),
+                iam.PolicyStatement(sid="ReadResults", actions=["s3:GetObject"], resources=[results]),
+                iam.PolicyStatement(
+                    sid="ParkLargePayloads",
+                    actions=["s3:PutObject"],
+                    resources=[bucket.arn_for_objects(f"{payload_ref_prefix(exp_id)}*")],
+                ),
+                iam.PolicyStatement(
+                    sid="ReadDescriptor", actions=["ssm:GetParameter"], resources=[descriptor.parameter_arn]
+                ),
+                iam.PolicyStatement(
+                    sid="ListResults",
+                    actions=["s3:ListBucket"],
+                    resources=[bucket.bucket_arn],
+                    conditions={"StringLike": {"s3:prefix": [f"{experiment_prefix(exp_id)}*"]}},
+                ),
+                iam.PolicyStatement(
+                    sid="ReadQueueDepths",
+                    actions=["sqs:GetQueueAttributes", "sqs:GetQueueUrl"],
+                    resources=[queue.queue_arn for queue in dead_letter_queues],
+                ),
+                iam.PolicyStatement(
+                    sid="ReadRolloutStatus",
+                    actions=["dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query"],
+                    resources=[
+                        sessions_table.table_arn,
+                        *(f"{sessions_table.table_arn}/index/{index.name}" for index in sessions_spec.indexes),
+                    ],
+                ),
+            ],
+        )
+
+    def acknowledge_wildcards(self, *, results: str, payloads: str) -> None:
+        """Accept the IAM5 wildcards (cdk-nag finding ids) that are the least privilege IAM can express."""
+        acknowledge(self.policy, results, f"Reads results. {RESULT_KEYS}")
+        acknowledge(self.policy, payloads, PAYLOAD_KEYS)

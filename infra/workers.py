@@ -1,0 +1,163 @@
+"""The three rollout functions of an experiment: what triggers them and what each may touch."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_bedrockagentcore as agentcore
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda_event_sources as event_sources
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from infra.functions import HandlerPackage, RolloutFunction
+from infra.nag import acknowledge
+from infra.queues import RolloutQueue
+from infra.settings import ExperimentSettings
+from rollout_contract.keys import experiment_prefix, payload_ref_prefix
+
+#: Lambda's limit for an SQS event source batch on a standard queue without a batching window.
+SQS_BATCH_SIZE = 10
+DISPATCHER_TIMEOUT = Duration.seconds(60)
+FINISHER_TIMEOUT = Duration.seconds(60)
+SWEEPER_TIMEOUT = Duration.seconds(55)
+SWEEP_RATE = Duration.minutes(1)
+STOP_SESSION = "bedrock-agentcore:StopRuntimeSession"
+#: Why the results prefix is the narrowest S3 scope (quoted in the cdk-nag acknowledgements).
+RESULT_KEYS = "Keys are {exp_id}/{input_id}/{session_id}.json: the experiment's prefix is the narrowest scope."
+PAYLOAD_KEYS = "Oversized payloads are parked per rollout under the experiment's prefix."
+
+
+class RolloutWorkers(Construct):
+    """Dispatcher (dispatch queue), finisher (finisher queue) and sweeper (every minute), least privilege.
+
+    Each function has its own role; the grants below are all it holds besides its log group.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: ExperimentSettings,
+        environment: dict[str, str],
+        runtime: agentcore.Runtime,
+        dispatch: RolloutQueue,
+        finisher_inbox: RolloutQueue,
+        sessions_table: dynamodb.ITable,
+        budget_table: dynamodb.ITable,
+        bucket: s3.IBucket,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        exp_id = settings.exp_id
+        package = HandlerPackage(self, "HandlerPackage")
+
+        def function(
+            name: str, handler: str, timeout: Duration, description: str, reserved: int | None = None
+        ) -> RolloutFunction:
+            return RolloutFunction(
+                self,
+                name,
+                package=package,
+                handler=handler,
+                description=f"{exp_id}: {description}",
+                environment=environment,
+                timeout=timeout,
+                reserved_concurrency=reserved,
+            )
+
+        self.dispatcher = function(
+            "Dispatcher",
+            "lambdas.dispatcher.handler",
+            DISPATCHER_TIMEOUT,
+            "Starts rollouts: dispatch queue -> InvokeAgentRuntime under the TPS and session budgets",
+            settings.dispatcher_reserved_concurrency,
+        )
+        self.finisher = function(
+            "Finisher",
+            "lambdas.finisher.handler",
+            FINISHER_TIMEOUT,
+            "Ends rollouts on their result event: StopRuntimeSession, bookkeeping, metrics",
+        )
+        self.sweeper = function(
+            "Sweeper",
+            "lambdas.sweeper.handler",
+            SWEEPER_TIMEOUT,
+            "Ends rollouts past their deadline as timed_out (scheduled every minute)",
+        )
+        self.all = {"dispatcher": self.dispatcher, "finisher": self.finisher, "sweeper": self.sweeper}
+        self.dispatcher.function.add_event_source(
+            event_sources.SqsEventSource(
+                dispatch.queue,
+                batch_size=SQS_BATCH_SIZE,
+                report_batch_item_failures=True,
+                max_concurrency=settings.dispatcher_max_concurrency,
+            )
+        )
+        self.finisher.function.add_event_source(
+            event_sources.SqsEventSource(
+                finisher_inbox.queue, batch_size=SQS_BATCH_SIZE, report_batch_item_failures=True
+            )
+        )
+        self.sweep_schedule = events.Rule(
+            self,
+            "SweepSchedule",
+            description=f"Runs the sweeper of experiment {exp_id}",
+            schedule=events.Schedule.rate(SWEEP_RATE),
+            targets=[targets.LambdaFunction(self.sweeper.function)],
+        )
+        self._grant(exp_id, runtime, dispatch, sessions_table, budget_table, bucket)
+
+    def _grant(
+        self,
+        exp_id: str,
+        runtime: agentcore.Runtime,
+        dispatch: RolloutQueue,
+        sessions_table: dynamodb.ITable,
+        budget_table: dynamodb.ITable,
+        bucket: s3.IBucket,
+    ) -> None:
+        results = bucket.arn_for_objects(f"{experiment_prefix(exp_id)}*")
+        payloads = bucket.arn_for_objects(f"{payload_ref_prefix(exp_id)}*")
+        runtime_resources = [runtime.agent_runtime_arn, f"{runtime.agent_runtime_arn}/*"]
+        runtime.grant_invoke_runtime(self.dispatcher.role)
+        for worker in self.all.values():
+            worker.role.add_to_policy(iam.PolicyStatement(actions=[STOP_SESSION], resources=runtime_resources))
+            sessions_table.grant_read_write_data(worker.role)
+            budget_table.grant_read_write_data(worker.role)
+        # Writers put results first-writer-wins and read back the winner when they lose the race.
+        for writer in (self.dispatcher, self.sweeper):
+            writer.role.add_to_policy(
+                iam.PolicyStatement(actions=["s3:PutObject", "s3:GetObject"], resources=[results])
+            )
+        self.finisher.role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[results]))
+        self.dispatcher.role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[payloads]))
+        # Unparseable dispatch messages go straight to the dead-letter queue (no retry can fix them).
+        self.dispatcher.role.add_to_policy(
+            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[dispatch.dead_letter_queue.queue_arn])
+        )
+        # The dispatcher HEADs a result key to skip finished rollouts: without ListBucket S3 answers 403, not 404.
+        self.dispatcher.role.add_to_policy(
+            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn])
+        )
+
+    def acknowledge_wildcards(self, *, results: str, payloads: str, runtime_endpoints: str, index: str) -> None:
+        """Accept the IAM5 wildcards (cdk-nag finding ids) that are the least privilege IAM can express."""
+        for writer in (self.dispatcher, self.sweeper):
+            acknowledge(writer.role, results, f"Writes results. {RESULT_KEYS}")
+        acknowledge(self.finisher.role, results, f"Reads results. {RESULT_KEYS}")
+        acknowledge(self.dispatcher.role, payloads, PAYLOAD_KEYS)
+        for worker in self.all.values():
+            acknowledge(
+                worker.role,
+                runtime_endpoints,
+                "ACR authorizes InvokeAgentRuntime/StopRuntimeSession on the runtime ARN and its endpoints (ARN/*); "
+                "both are this experiment's runtime only.",
+            )
+            acknowledge(
+                worker.role,
+                index,
+                "The sweeper queries the sessions table's in-flight index; the grant covers this table's indexes only.",
+            )
