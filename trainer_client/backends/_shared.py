@@ -1,29 +1,31 @@
-"""What the verl and slime adapters share: one client per process, and running one rollout to its outcome.
+"""What the adapters share: one client per process, and running one rollout to its outcome.
 
 verl instantiates its agent loop for every sample and slime calls its generate hook per sample; each
 would otherwise open its own SQS long poll. :func:`shared_client` hands them one client (one poller,
-one connection pool) per experiment, closed when the process exits. :func:`run_rollout` submits one
-rollout, waits for its event and says how it ended, never raising for a rollout that failed.
+one connection pool) per experiment, closed when the process exits (ART builds a session per rollout,
+likewise). :func:`run_rollout` submits one rollout, waits for its event and says how it ended, never
+raising for a rollout that failed; rLLM's runtime and ART's session use it with the framework's session id.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import hashlib
 import importlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rollout_contract import Status
+from rollout_contract import InvalidIdError, Status, validate_input_id
 from trainer_client._batch import BatchItem
 from trainer_client._client import RolloutClient
 from trainer_client._exceptions import RolloutError, SubmitError
 from trainer_client._future import RolloutFuture
 from trainer_client._results import ClientResult, TokenTrace
-from trainer_client.backends._rollouts import group_input_id, wait_for_result
 
 __all__ = [
     "NOT_SUBMITTED",
@@ -31,9 +33,11 @@ __all__ = [
     "RolloutOutcome",
     "cancel_quietly",
     "close_shared_clients",
+    "group_input_id",
     "load_function",
     "run_rollout",
     "shared_client",
+    "wait_for_result",
 ]
 
 #: Outcome status of a rollout the dispatch queue refused (or the client could not send).
@@ -131,6 +135,32 @@ class RolloutOutcome:
     def token_traces(self) -> list[TokenTrace]:
         """The model calls the gateway recorded for the rollout (``[]`` if none)."""
         return (self.result.token_traces or []) if self.result is not None else []
+
+
+def group_input_id(group: object) -> str:
+    """Our ``input_id`` for a framework's group key: the key itself if it is key-safe, else a stable digest.
+
+    Frameworks name groups freely (``"gsm8k:17"``, a dataset index); result keys allow only letters,
+    digits, ``.``, ``_``, ``~`` and ``-``. The digest keeps equal keys in one group.
+    """
+    text = str(group)
+    try:
+        return validate_input_id(text)
+    except InvalidIdError:
+        return "g-" + hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+async def wait_for_result(future: RolloutFuture, grace_s: float) -> ClientResult | None:
+    """Await ``future``'s result; ``None`` if none came ``grace_s`` after its deadline (not even the sweeper's).
+
+    The rollout's deadline is server-side: at it the sweeper writes ``timed_out``, so a result normally
+    arrives. The grace only bounds the wait if that machinery is gone.
+    """
+    timeout = None if future.deadline_at is None else max(future.deadline_at - time.time(), 0.0) + grace_s
+    try:
+        return await future.result_async(timeout=timeout)
+    except TimeoutError:
+        return None
 
 
 async def run_rollout(

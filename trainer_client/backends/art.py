@@ -42,8 +42,7 @@ from rollout_contract import ResultKey, validate_session_id
 from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S
 from trainer_client._exceptions import DispatchError
 from trainer_client._results import ClientResult
-from trainer_client.backends._rollouts import group_input_id
-from trainer_client.backends._shared import NO_RESULT, run_rollout, shared_client
+from trainer_client.backends._shared import NO_RESULT, group_input_id, run_rollout, shared_client
 
 __all__ = ["AgentCoreEventsSession", "to_dump"]
 

@@ -36,8 +36,13 @@ from slime.utils.types import Sample
 
 from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S
 from trainer_client._grpo import FailurePolicy
-from trainer_client.backends._rollouts import group_input_id
-from trainer_client.backends._shared import RolloutOutcome, load_function, run_rollout, shared_client
+from trainer_client.backends._shared import (
+    RolloutOutcome,
+    group_input_id,
+    load_function,
+    run_rollout,
+    shared_client,
+)
 from trainer_client.backends.assembly import assemble_rows
 
 __all__ = ["SlimeSettings", "default_payload", "fill_sample", "generate", "generate_rollout"]
