@@ -8,7 +8,8 @@ Processes, each on 127.0.0.1 with a port the OS chose, logs under the run direct
 - ``gateway``: the token gateway in front of the model (:mod:`local_stack.gateway`);
 - ``emulator``: the ACR emulator hosting the example math agent, one runtime per experiment;
 - ``worker-<exp>`` (finisher and sweeper) and ``worker-<exp>-dispatcher-<i>``: the local Lambda workers of
-  each experiment (:mod:`local_stack.worker`), one process per execution environment.
+  each experiment (:mod:`local_stack.worker`), one process per execution environment, each under a
+  supervisor (:mod:`local_stack.supervisor`) that starts a new one when it dies, as Lambda does.
 
 ``stop()`` (also on Ctrl-C inside ``with LocalStack(...)``) stops them in reverse order, each with its
 process group, so agent processes started by the emulator go too.
@@ -298,7 +299,7 @@ class LocalStack:
         return process
 
     def _worker_process(self, exp_id: str, env: Mapping[str, str], name: str, roles: tuple[str, ...]) -> ManagedProcess:
-        """A local worker process running the handlers of ``roles`` (the others off)."""
+        """A local worker process running the handlers of ``roles`` (the others off), restarted when it dies."""
         s = self.settings
         ready_file = self.run_dir / f"{name}.ready"
         ready_file.unlink(missing_ok=True)
@@ -316,6 +317,14 @@ class LocalStack:
             argv=[
                 sys.executable,
                 "-m",
+                "local_stack.supervisor",
+                "--pid-file",
+                str(self.worker_pid_file(name)),
+                "--ready-file",
+                str(ready_file),
+                "--",
+                sys.executable,
+                "-m",
                 "local_stack.worker",
                 "--exp",
                 exp_id,
@@ -331,6 +340,14 @@ class LocalStack:
             cwd=PROJECT_ROOT,
             ready=ready_file.exists,
         )
+
+    def worker_pid_file(self, name: str) -> Path:
+        """Where the supervisor of worker ``name`` writes its current worker's pid (the execution environment)."""
+        return self.run_dir / f"{name}.pid"
+
+    def worker_names(self) -> list[str]:
+        """The names of the worker processes (one per execution environment)."""
+        return [p.name for p in self.processes if p.name.startswith("worker-")]
 
     def state(self) -> dict[str, Any]:
         """What ``rollouts local status`` shows: pids, urls, logs and the trainer's environment."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from e2e_support import EMULATOR_MAX_PAYLOAD, EXP, connect, scripted_stack
+from e2e_support import EMULATOR_MAX_PAYLOAD, EXP, connect, scripted_stack, serving
 
 from local_stack.stack import LocalStack
 from trainer_client import RolloutClient
@@ -14,14 +14,10 @@ from trainer_client import RolloutClient
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     """The local stack for experiment ``e2e``, shared by a test module; its environment set for clients."""
-    with (
-        scripted_stack(
-            tmp_path_factory.mktemp("stack"), EXP, emulator_options={"max_payload_bytes": EMULATOR_MAX_PAYLOAD}
-        ) as running,
-        pytest.MonkeyPatch.context() as env,
-    ):
-        for name, value in running.env.items():
-            env.setenv(name, value)
+    stack = scripted_stack(
+        tmp_path_factory.mktemp("stack"), EXP, emulator_options={"max_payload_bytes": EMULATOR_MAX_PAYLOAD}
+    )
+    with serving(stack) as running:
         yield running
 
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from local_stack.stack import LocalStack, StackSettings
 from trainer_client import PollSettings, RolloutClient
@@ -55,3 +59,22 @@ def run_trainer_process(stack: LocalStack, *args: str) -> subprocess.CompletedPr
     return subprocess.run(
         [sys.executable, str(TRAINER_PROCESS), *args], env=env, capture_output=True, text=True, timeout=120, check=False
     )
+
+
+@contextmanager
+def serving(stack: LocalStack) -> Iterator[LocalStack]:
+    """Start ``stack`` with its environment set for trainer clients of this process; stop it after."""
+    with stack as running, pytest.MonkeyPatch.context() as env:
+        for name, value in running.env.items():
+            env.setenv(name, value)
+        yield running
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = 20.0) -> bool:
+    """Poll ``condition`` every 0.2 s until it holds or ``timeout_s`` passed; return its last value."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return condition()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from e2e_support import connect, emulator_counters, scripted_stack
+from e2e_support import connect, emulator_counters, scripted_stack, serving
 
 from local_stack.stack import LocalStack
 from rollout_contract import Status
@@ -19,17 +19,10 @@ SESSION_BUDGET = 2
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     """A stack whose dispatchers may hold 2 sessions and whose runtime accepts 1 invoke (or stop) per second."""
-    with (
-        scripted_stack(
-            tmp_path_factory.mktemp("budgets"),
-            EXP,
-            session_budget=SESSION_BUDGET,
-            runtime_options={"invoke_tps": 1},
-        ) as running,
-        pytest.MonkeyPatch.context() as env,
-    ):
-        for name, value in running.env.items():
-            env.setenv(name, value)
+    stack = scripted_stack(
+        tmp_path_factory.mktemp("budgets"), EXP, session_budget=SESSION_BUDGET, runtime_options={"invoke_tps": 1}
+    )
+    with serving(stack) as running:
         yield running
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import boto3
 import pytest
-from e2e_support import EMULATOR_MAX_PAYLOAD, EXP, connect, emulator_counters, run_trainer_process
+from e2e_support import EMULATOR_MAX_PAYLOAD, EXP, connect, emulator_counters, run_trainer_process, wait_until
 
 from local_stack.stack import LocalStack
 from rollout_contract import ResultKey, RolloutResult, Status
@@ -40,15 +40,6 @@ def _slots_held(exp_id: str = EXP) -> tuple[int, int]:
     return int(item[ATTR_TOTAL]["N"]), int(item.get(held_attribute(exp_id), {"N": "0"})["N"])
 
 
-def _wait_until(condition, timeout_s: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.2)
-    return condition()
-
-
 def test_a_succeeding_agent_resolves_its_future_with_reward_and_frees_its_slot(
     stack: LocalStack, client: RolloutClient
 ) -> None:
@@ -59,7 +50,7 @@ def test_a_succeeding_agent_resolves_its_future_with_reward_and_frees_its_slot(
     # THEN the future holds the agent's result, and the finisher stops the session and frees the slot
     assert result.status is Status.SUCCEEDED and result.reward == 0.5
     assert result.timings.dispatched_at is not None and result.timings.finished_at is not None
-    assert _wait_until(lambda: _slots_held() == (0, 0))
+    assert wait_until(lambda: _slots_held() == (0, 0))
 
 
 def test_an_agent_exception_ends_as_agent_error_with_its_traceback(client: RolloutClient) -> None:
@@ -87,16 +78,16 @@ def test_cancel_ends_a_running_rollout_as_cancelled_and_stops_its_session(
     # GIVEN a rollout that is running (its agent sleeps for 60 s)
     stops_before = emulator_counters(stack)["stops"]
     future = client.invoke({"action": "succeed", "sleep_s": 60}, input_id="cancelled", timeout=120)
-    assert _wait_until(lambda: _slots_held()[1] >= 1)
+    assert wait_until(lambda: _slots_held()[1] >= 1)
     # WHEN the trainer cancels it
     assert future.cancel()
     # THEN the future raises CancelledError (as in ART), the stored result says cancelled, the session is
     # stopped and its slot freed; the agent's own result, written later, never replaces it
     with pytest.raises(CancelledError):
         future.result(timeout=1)
-    assert _wait_until(lambda: emulator_counters(stack)["stops"] > stops_before)
+    assert wait_until(lambda: emulator_counters(stack)["stops"] > stops_before)
     assert _stored(stack, future.result_key).status is Status.CANCELLED
-    assert _wait_until(lambda: _slots_held() == (0, 0))
+    assert wait_until(lambda: _slots_held() == (0, 0))
 
 
 def test_a_payload_the_runtime_refuses_ends_as_dispatch_failed(stack: LocalStack, client: RolloutClient) -> None:
@@ -107,7 +98,7 @@ def test_a_payload_the_runtime_refuses_ends_as_dispatch_failed(stack: LocalStack
     # THEN the dispatcher's final 400 reaches the trainer as dispatch_failed, and no slot stays taken
     assert result.status is Status.DISPATCH_FAILED
     assert result.error.type == "ValidationException"
-    assert _wait_until(lambda: _slots_held() == (0, 0))
+    assert wait_until(lambda: _slots_held() == (0, 0))
 
 
 def test_a_mixed_batch_loses_nothing_and_duplicates_nothing(stack: LocalStack, client: RolloutClient) -> None:
@@ -135,7 +126,7 @@ def test_duplicate_result_events_change_nothing(stack: LocalStack, client: Rollo
     # GIVEN a finished rollout whose session was stopped and slot freed
     future = client.invoke({"action": "succeed"}, input_id="dup", timeout=60)
     first = future.result(timeout=RESULT_WAIT_S)
-    assert _wait_until(lambda: _slots_held() == (0, 0))
+    assert wait_until(lambda: _slots_held() == (0, 0))
     stops_before = emulator_counters(stack)["stops"]
     # WHEN its "Object Created" event arrives again, twice, at the trainer and at the finisher
     descriptor = stack.descriptors[EXP]
@@ -154,10 +145,15 @@ def test_duplicate_result_events_change_nothing(stack: LocalStack, client: Rollo
     later = client.invoke({"action": "succeed"}, input_id="after-dup", timeout=60).result(timeout=RESULT_WAIT_S)
     # THEN the trainer keeps its first result, the slot count stays exact, and no second stop is counted
     assert later.ok and future.result() is first
-    assert _wait_until(lambda: _slots_held() == (0, 0))
-    assert _wait_until(lambda: sqs.get_queue_attributes(
-        QueueUrl=finisher_queue["QueueUrl"], AttributeNames=["ApproximateNumberOfMessages"]
-    )["Attributes"]["ApproximateNumberOfMessages"] == "0")
+    assert wait_until(lambda: _slots_held() == (0, 0))
+    assert wait_until(
+        lambda: (
+            sqs.get_queue_attributes(
+                QueueUrl=finisher_queue["QueueUrl"], AttributeNames=["ApproximateNumberOfMessages"]
+            )["Attributes"]["ApproximateNumberOfMessages"]
+            == "0"
+        )
+    )
     assert emulator_counters(stack)["stops"] <= stops_before + 1  # the later rollout's own stop
 
 
