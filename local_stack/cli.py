@@ -82,7 +82,7 @@ def _add_demo(subparsers: argparse._SubParsersAction) -> None:
 def _demo(args: argparse.Namespace) -> int:
     from local_stack.demo import DemoSettings, run_demo
 
-    if _already_running(args.run_dir):
+    if _already_running(args.run_dir) or not _run_dir_usable(args.run_dir, "rollouts demo"):
         return 1
     try:
         settings = DemoSettings(
@@ -135,6 +135,19 @@ def _already_running(run_dir: Path) -> bool:
     return False
 
 
+def _run_dir_usable(run_dir: Path, command: str) -> bool:
+    """Create ``run_dir`` if needed; say so in one line and return False when it cannot be used."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write-test"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        print(f"{command}: cannot use --run-dir {run_dir} ({exc.strerror}); choose a writable one", file=sys.stderr)
+        return False
+    return True
+
+
 def _alive(process: dict[str, Any]) -> bool:
     """Whether the recorded process still runs: same pid and same command line (pids get reused)."""
     from local_stack._process import pid_alive
@@ -155,7 +168,7 @@ def _up(args: argparse.Namespace) -> int:
     from local_stack.model_endpoint import EndpointSettings
     from local_stack.stack import LocalStack, StackSettings
 
-    if _already_running(args.run_dir):
+    if _already_running(args.run_dir) or not _run_dir_usable(args.run_dir, "rollouts local up"):
         return 1
     try:
         settings = StackSettings(

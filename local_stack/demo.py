@@ -23,6 +23,7 @@ import httpx
 from examples.math_agent.dataset import synthetic
 from local_stack._process import environment
 from local_stack.stack import DEFAULT_RUN_DIR, LocalStack, StackSettings
+from rollout_contract import validate_timeout_s
 from trainer_client import BatchItem, FailurePolicy, GroupCollector, PollSettings, RolloutClient, RolloutGroup
 from trainer_client._progress import RolloutProgress
 
@@ -69,6 +70,9 @@ class DemoSettings:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        validate_timeout_s(self.timeout_s, "--timeout")
+        if self.output is not None and not self.output.parent.is_dir():
+            raise ValueError(f"--output {self.output}: directory {self.output.parent} does not exist; create it first")
 
 
 @dataclass

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError
+from botocore.exceptions import BotoCoreError, EndpointConnectionError, NoCredentialsError
 from botocore.exceptions import ClientError as BotoClientError
 
 from rollout_contract import ExperimentDescriptor, ExperimentResources
@@ -62,6 +62,16 @@ def aws_call(what: str) -> Iterator[None]:
         yield
     except BotoClientError as exc:
         raise AwsError(f"{what} failed: {exc}", code=error_code(exc)) from exc
+    except EndpointConnectionError as exc:
+        raise AwsError(
+            f"{what} failed: nothing answers at {exc.kwargs.get('endpoint_url')}; if that is the local stack, it is "
+            "not running: start it with `rollouts local up` (`rollouts local status` shows it)"
+        ) from exc
+    except NoCredentialsError as exc:
+        raise AwsError(
+            f"{what} failed: no AWS credentials; configure a profile or AWS_* variables, or for the local stack "
+            'run `eval "$(rollouts local status --env)"` in this shell'
+        ) from exc
     except BotoCoreError as exc:
         raise AwsError(f"{what} failed: {exc}") from exc
 

@@ -22,6 +22,7 @@ from botocore.exceptions import EndpointConnectionError, NoCredentialsError, NoR
 
 from rollout_contract import InvalidIdError, Status, new_session_id
 from rollout_contract.messages import DEFAULT_QUEUE_TIMEOUT_S, validate_timeout_s
+from trainer_client._batch import BatchItem
 from trainer_client._client import RolloutClient
 from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S, PollSettings
 from trainer_client._exceptions import RolloutError
@@ -30,6 +31,9 @@ from trainer_client._progress import RolloutProgress
 __all__ = ["build_parser", "main"]
 
 _LOCAL_COMMANDS = "local_stack.cli"
+_LOCAL_HINT = 'for the local stack, run `eval "$(rollouts local status --env)"` in this shell first'
+#: Failed rollouts whose reasons ``eval`` prints at the end.
+_FAILURES_SHOWN = 5
 
 
 class UsageError(Exception):
@@ -51,10 +55,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rollouts: error: {exc}", file=sys.stderr)
         return 1
     except NoRegionError:
-        print("rollouts: error: no AWS region: pass --region or set AWS_DEFAULT_REGION", file=sys.stderr)
+        print(
+            f"rollouts: error: no AWS region: pass --region or set AWS_DEFAULT_REGION; {_LOCAL_HINT}", file=sys.stderr
+        )
         return 1
     except NoCredentialsError:
-        print("rollouts: error: no AWS credentials: configure a profile or AWS_* variables", file=sys.stderr)
+        print(
+            f"rollouts: error: no AWS credentials: configure a profile or AWS_* variables; {_LOCAL_HINT}",
+            file=sys.stderr,
+        )
         return 1
     except EndpointConnectionError as exc:
         print(f"rollouts: error: {exc}; for the local stack, check it runs (`rollouts local status`)", file=sys.stderr)
@@ -130,10 +139,14 @@ def _connect(args: argparse.Namespace, **options: Any) -> RolloutClient:
 
 def _eval(args: argparse.Namespace) -> int:
     rows = _read_dataset(args.dataset)
+    for path, what in ((args.output, "output"), (args.journal, "journal")):
+        if path is not None and not path.parent.is_dir():
+            raise UsageError(f"{what} {path}: directory {path.parent} does not exist; create it or choose another path")
     input_ids = _input_ids(rows, args.input_id_field, args.samples)
     payloads = [row for row in rows for _ in range(args.samples)]
     overrides = {"model_id": args.model_id} if args.model_id else {}
     progress = RolloutProgress(len(payloads))
+    failures: list[BatchItem] = []
     with _connect(args, queue_timeout=args.queue_timeout) as client, args.output.open("w", encoding="utf-8") as out:
         items = client.run_batch(
             payloads, args.concurrency, args.timeout, input_ids=input_ids, journal=args.journal, **overrides
@@ -141,21 +154,46 @@ def _eval(args: argparse.Namespace) -> int:
         for item in items:
             out.write(json.dumps(item.to_record()) + "\n")
             progress.update(item)
+            if not item.success and len(failures) < _FAILURES_SHOWN:
+                failures.append(item)
     progress.close()
+    if failures:
+        print(f"{progress.failed} of {len(payloads)} rollouts failed; the first:", file=sys.stderr)
+        for item in failures:
+            print(f"  row {item.index // args.samples + 1}: {_failure_reason(item)}", file=sys.stderr)
+        print(f"every result, failures included, is in {args.output}", file=sys.stderr)
     return 0 if progress.failed == 0 else 1
+
+
+def _failure_reason(item: BatchItem) -> str:
+    result = item.result
+    if result is None:
+        return f"{type(item.error).__name__}: {item.error}"
+    error = result.error
+    detail = f"{error.type}: {error.message}" if error is not None else result.stop_reason or "no reason given"
+    return f"{result.status.value}: {detail}"[:300]
 
 
 def _read_dataset(path: Path) -> list[dict[str, Any]]:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        data = path.read_bytes()
     except OSError as exc:
         raise UsageError(f"cannot read dataset {path}: {exc.strerror}") from exc
+    try:
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise UsageError(
+            f"{path}:{line} is not UTF-8 (byte 0x{data[exc.start]:02x}); save the dataset as UTF-8 JSONL"
+        ) from exc
     rows = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = json.loads(line, parse_constant=_refuse_constant)
+        except _NotJsonConstantError as exc:
+            raise UsageError(f"{path}:{number} holds {exc}, which is not JSON; use a number or null") from exc
         except json.JSONDecodeError as exc:
             raise UsageError(f"{path}:{number} is not JSON ({exc.msg}); each line must be one JSON object") from exc
         if not isinstance(row, dict):
@@ -164,6 +202,14 @@ def _read_dataset(path: Path) -> list[dict[str, Any]]:
     if not rows:
         raise UsageError(f"dataset {path} has no rows; give one JSON object (an agent payload) per line")
     return rows
+
+
+class _NotJsonConstantError(ValueError):
+    """A dataset row holds ``NaN``, ``Infinity`` or ``-Infinity`` (Python's json reads them; JSON has none)."""
+
+
+def _refuse_constant(constant: str) -> Any:
+    raise _NotJsonConstantError(constant)
 
 
 def _input_ids(rows: list[dict[str, Any]], field: str | None, samples: int) -> list[str | None]:

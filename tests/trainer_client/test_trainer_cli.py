@@ -64,7 +64,11 @@ def test_eval_runs_a_dataset_and_writes_one_result_per_row(descriptor, backend, 
         ("d", "succeeded", True),
     ]
     assert code == 1
-    assert "4/4" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "4/4" in err
+    # AND the failure's reason is printed, not only the count
+    assert "1 of 4 rollouts failed" in err
+    assert "row 3: agent_error: ValueError: boom" in err
     assert len(read_journal(tmp_path / "j.jsonl")) == 4
 
 
