@@ -89,6 +89,17 @@ def create_app(config: EmulatorConfig) -> Starlette:
             return NotFoundError(f"no active session {session_id}").to_response()
         return JSONResponse({"killed": session_id})
 
+    async def admin_throttle(request: Request) -> Response:
+        try:
+            body = await request.json()
+            invoke_tps, seconds = float(body["invoke_tps"]), float(body["seconds"])
+            if not (invoke_tps > 0 and seconds > 0):
+                raise ValueError("invoke_tps and seconds must be positive")
+        except (ValueError, KeyError, TypeError) as exc:
+            return InvalidRequestError(f'give {{"invoke_tps": N, "seconds": S}}, both positive ({exc})').to_response()
+        manager.throttle(invoke_tps, seconds)
+        return JSONResponse({"invoke_tps": invoke_tps, "seconds": seconds})
+
     app = Starlette(
         routes=[
             Route("/runtimes/{arn:path}/invocations", invoke, methods=["POST"]),
@@ -97,6 +108,7 @@ def create_app(config: EmulatorConfig) -> Starlette:
             Route("/_admin/stats", admin_stats, methods=["GET"]),
             Route("/_admin/invocations", admin_invocations, methods=["GET"]),
             Route("/_admin/sessions/{session_id}/kill", admin_kill, methods=["POST"]),
+            Route("/_admin/throttle", admin_throttle, methods=["POST"]),
         ],
         lifespan=lifespan,
     )

@@ -53,6 +53,7 @@ class EndReason(StrEnum):
 _COUNTERS = (
     "invokes",
     "throttles",
+    "throttle_storms",
     "quota_rejections",
     "stops",
     "starts",
@@ -125,6 +126,8 @@ class SessionManager:
         self._sessions: dict[tuple[str, str], Session] = {}
         self._ended: deque[Session] = deque(maxlen=config.ended_sessions_kept)
         self._buckets = {r.arn: TokenBucket(r.invoke_tps) for r in config.runtimes}
+        #: A throttle storm: until when, and the lowered shared bucket (see :meth:`throttle`).
+        self._storm: tuple[float, TokenBucket] | None = None
         self._invocations = {r.arn: deque[float](maxlen=config.invocation_log_size) for r in config.runtimes}
         self._warm: dict[str, deque[AgentProcess]] = {r.arn: deque() for r in config.runtimes}
         self._warm_pending: Counter[str] = Counter()
@@ -167,9 +170,21 @@ class SessionManager:
         Raises:
             ThrottledError: the runtime's rate is exhausted.
         """
-        if not self._buckets[runtime.arn].try_take():
+        storm = self._storm
+        if storm is not None and time.monotonic() >= storm[0]:
+            storm = self._storm = None
+        bucket = storm[1] if storm is not None else self._buckets[runtime.arn]
+        if not bucket.try_take():
             self.counters["throttles"] += 1
-            raise ThrottledError(f"Rate exceeded: {runtime.invoke_tps:g} requests per second for {runtime.arn}")
+            raise ThrottledError(f"Rate exceeded: {bucket.rate:g} requests per second for {runtime.arn}")
+
+    def throttle(self, invoke_tps: float, seconds: float) -> None:
+        """Lower every runtime's invoke (and stop) rate to ``invoke_tps`` in total for ``seconds`` (a fault)."""
+        bucket = TokenBucket(invoke_tps)
+        while bucket.try_take():  # the storm starts with an empty bucket
+            pass
+        self._storm = (time.monotonic() + seconds, bucket)
+        self.counters["throttle_storms"] += 1
 
     def record_invoke(self, runtime: RuntimeConfig) -> None:
         """Log an accepted invoke."""

@@ -6,6 +6,7 @@ import json
 import sys
 import time
 
+import httpx
 import pytest
 from acr_helpers import AGENTS, FIXED_PORT, MAX_PAYLOAD_BYTES, admin, arn, invoke_json
 from botocore.exceptions import ClientError
@@ -138,3 +139,19 @@ def test_new_session_beyond_the_active_session_quota_is_service_quota_exceeded(m
         assert admin(emulator.url, "stats")["counters"]["quota_rejections"] == 1
         client.stop_runtime_session(agentRuntimeArn=runtime.arn, runtimeSessionId=first)
         assert invoke_json(client, runtime.arn, second)["session_id"] == second
+
+
+def test_a_throttle_storm_lowers_the_invoke_rate_for_a_while(client, emulator, session_id):
+    # GIVEN a started session on a runtime of 25 invokes/s
+    invoke_json(client, arn("basic"), session_id)
+    # WHEN a storm lowers the rate to 0.1/s for 2 s (bucket of 0.1: no whole token)
+    response = httpx.post(f"{emulator.url}/_admin/throttle", json={"invoke_tps": 0.1, "seconds": 2}, timeout=5)
+    assert response.status_code == 200
+    # THEN invokes are throttled during the storm and accepted again after it
+    with pytest.raises(client.exceptions.ThrottlingException):
+        invoke_json(client, arn("basic"), session_id)
+    time.sleep(2.2)
+    assert invoke_json(client, arn("basic"), session_id)["session_id"] == session_id
+    assert admin(emulator.url, "stats")["counters"]["throttle_storms"] == 1
+    bad = httpx.post(f"{emulator.url}/_admin/throttle", json={"invoke_tps": 0}, timeout=5)
+    assert bad.status_code == 400
