@@ -182,9 +182,9 @@ def _read_dataset(path: Path) -> list[dict[str, Any]]:
     try:
         lines = data.decode("utf-8").splitlines()
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
+        line_number = data.count(b"\n", 0, exc.start) + 1
         raise UsageError(
-            f"{path}:{line} is not UTF-8 (byte 0x{data[exc.start]:02x}); save the dataset as UTF-8 JSONL"
+            f"{path}:{line_number} is not UTF-8 (byte 0x{data[exc.start]:02x}); save the dataset as UTF-8 JSONL"
         ) from exc
     rows = []
     for number, line in enumerate(lines, start=1):
