@@ -18,6 +18,7 @@ with warnings.catch_warnings():  # verl and Ray warn at import about their own d
     warnings.simplefilter("ignore")
     import torch
     from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
     from verl_support import (
         LOOP_ENTRY,
         PROMPT_LENGTH,
@@ -110,6 +111,21 @@ def test_verl_v1_converts_our_outputs_to_tensors_with_the_reward_on_the_last_tok
     assert fields["response_mask"].tolist() == [1, 1, 0, 0, 1]
     assert torch.allclose(fields["rollout_log_probs"], torch.tensor([-0.5, -0.1, 0.0, 0.0, -0.2]))
     assert fields["rm_scores"].tolist() == [0.0, 0.0, 0.0, 0.0, 0.5]
+
+
+def test_verl_v1_stores_a_rollouts_rows_as_one_tensordict():
+    # what AgentLoopWorkerTQ._agent_loop_postprocess builds per output before putting them in TransferQueue
+    ours = outputs(result(traces=TRACES)) + outputs(result(Status.DISPATCH_FAILED))
+    fields = []
+    for output in ours:
+        field = output.as_dict()
+        field.update(uid=ROW["uid"], session_id=0, global_steps=ROW["global_steps"])
+        field["loss_mask"] = field["response_mask"]
+        fields.append(field)
+    stored = list_of_dict_to_tensordict(fields)
+    assert stored.batch_size == torch.Size([3])
+    assert [row.tolist() for row in stored["responses"].unbind()] == [[8, 1, 5, 9, 10], [8, 1], [0]]
+    assert [row.tolist() for row in stored["loss_mask"].unbind()] == [[1, 1, 0, 0, 1], [1, 1], [0]]
 
 
 async def test_verl_legacy_worker_pads_and_batches_our_outputs_with_placeholders():
