@@ -1,4 +1,4 @@
-"""Run the stand-in model: ``python -m local_stack.model_endpoint --port 0 --port-file FILE``."""
+"""Run the model endpoint: ``python -m local_stack.model_endpoint --port 0 --port-file FILE [--policy transformer]``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import uvicorn
 
-from local_stack.model_endpoint.app import DEFAULT_MODEL_NAME, EndpointSettings, create_app
+from local_stack.model_endpoint.app import DEFAULT_MODEL_NAME, POLICIES, STAND_IN, EndpointSettings, create_app
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -24,9 +24,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--model-name", default=DEFAULT_MODEL_NAME)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--latency", type=float, default=0.0, help="simulated seconds per call")
+    parser.add_argument("--policy", choices=POLICIES, default=STAND_IN, help="what answers (default: the stand-in)")
     args = parser.parse_args(argv)
     try:
-        settings = EndpointSettings(model_name=args.model_name, seed=args.seed, latency_s=args.latency)
+        settings = EndpointSettings(
+            model_name=args.model_name, seed=args.seed, latency_s=args.latency, policy=args.policy
+        )
     except ValueError as exc:
         parser.error(str(exc))
     # proto=IPPROTO_TCP makes asyncio set TCP_NODELAY on accepted connections (40 ms stalls otherwise).

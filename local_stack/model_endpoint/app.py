@@ -1,10 +1,14 @@
-"""The OpenAI-compatible HTTP surface of the stand-in model, with vLLM's token fields.
+"""The OpenAI-compatible HTTP surface of the local model, with vLLM's token fields.
 
 Routes: ``POST /v1/chat/completions`` (streaming over SSE or not, tool calls), ``GET /v1/models`` and
-``GET /health``. As in vLLM, ``return_token_ids: true`` adds ``prompt_token_ids`` at the root (in the first
-chunk when streaming) and ``token_ids`` per choice (per chunk when streaming, end-of-sequence included),
-and ``logprobs: true`` adds ``choices[].logprobs.content[]`` with one entry per token. Unknown request
-fields are ignored (``max_tokens`` too: answers are short), and any ``model`` name is answered (and echoed).
+``GET /health``, plus the routes of the policy behind them (:class:`ChatPolicy`; the default is the
+stand-in, :mod:`local_stack.tiny_policy` serves a real transformer through the same surface). As in
+vLLM, ``return_token_ids: true`` adds ``prompt_token_ids`` at the root (in the first chunk when
+streaming) and ``token_ids`` per choice (per chunk when streaming, end-of-sequence included), and
+``logprobs: true`` adds ``choices[].logprobs.content[]`` with one entry per token. Unknown request
+fields are ignored (the stand-in ignores ``max_tokens`` and ``top_p`` too: answers are short), and any
+``model`` name is answered (and echoed). A policy may add root fields to every response (the transformer
+policy adds ``weight_version``).
 
 Repeatability: each request draws from ``Random(hash(seed, messages, k))``, where ``k`` is the request's
 ``seed`` if it sends one, else how many times this server has already seen the same messages. The same
@@ -15,14 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib.util
 import json
 import random
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -32,9 +37,24 @@ from starlette.routing import Route
 from local_stack.model_endpoint.policy import Sampled, StandInPolicy, Turn
 from local_stack.model_endpoint.tokenizer import Tokenizer
 
-__all__ = ["DEFAULT_MODEL_NAME", "EndpointSettings", "InvalidRequestError", "create_app"]
+__all__ = [
+    "DEFAULT_MODEL_NAME",
+    "POLICIES",
+    "STAND_IN",
+    "TRANSFORMER",
+    "ChatPolicy",
+    "ChatRequest",
+    "Completion",
+    "EndpointSettings",
+    "InvalidRequestError",
+    "create_app",
+    "error_response",
+]
 
 DEFAULT_MODEL_NAME = "local-math-policy"
+STAND_IN = "stand-in"
+TRANSFORMER = "transformer"
+POLICIES = (STAND_IN, TRANSFORMER)
 DEFAULT_TEMPERATURE = 1.0
 _SEEN_LIMIT = 100_000
 
@@ -47,15 +67,25 @@ class EndpointSettings:
         model_name: the name ``/v1/models`` lists.
         seed: base seed of every random choice.
         latency_s: simulated time per call, before the first byte (benchmarks use it to size rollouts).
+        policy: ``"stand-in"`` (the scripted math policy) or ``"transformer"`` (the tiny PyTorch policy of
+            :mod:`local_stack.tiny_policy`, initialized from ``seed``; needs ``make ml-env``).
     """
 
     model_name: str = DEFAULT_MODEL_NAME
     seed: int = 0
     latency_s: float = 0.0
+    policy: str = STAND_IN
 
     def __post_init__(self) -> None:
         if self.latency_s < 0:
             raise ValueError(f"latency_s must be >= 0, got {self.latency_s}")
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown policy {self.policy!r}; use one of {', '.join(POLICIES)}")
+        if self.policy == TRANSFORMER and importlib.util.find_spec("torch") is None:
+            raise ValueError(
+                "the transformer policy needs PyTorch, which lives in the ML environment: run `make ml-env`, "
+                "then use .venv-ml/bin/rollouts (or .venv-ml/bin/python)"
+            )
 
 
 class InvalidRequestError(ValueError):
@@ -75,6 +105,8 @@ class ChatRequest:
     tools: list[dict[str, Any]]
     tool_choice: Any
     temperature: float
+    top_p: float
+    max_tokens: int | None
     stream: bool
     include_usage: bool
     logprobs: bool
@@ -103,6 +135,15 @@ class ChatRequest:
         temperature = DEFAULT_TEMPERATURE if temperature is None else temperature
         if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not 0 <= temperature <= 2:
             raise InvalidRequestError("temperature must be a number from 0 to 2", "temperature")
+        top_p = body.get("top_p")
+        top_p = 1.0 if top_p is None else top_p
+        if isinstance(top_p, bool) or not isinstance(top_p, int | float) or not 0 < top_p <= 1:
+            raise InvalidRequestError("top_p must be a number above 0 and at most 1", "top_p")
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        if max_tokens is not None and (
+            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+        ):
+            raise InvalidRequestError("max_tokens must be a positive integer", "max_tokens")
         n = body.get("n") or 1
         if n != 1:
             raise InvalidRequestError("this stand-in model returns one choice; send n=1 or leave n out", "n")
@@ -119,6 +160,8 @@ class ChatRequest:
             tools=tools,
             tool_choice=body.get("tool_choice", "auto"),
             temperature=float(temperature),
+            top_p=float(top_p),
+            max_tokens=max_tokens,
             stream=bool(body.get("stream", False)),
             include_usage=isinstance(stream_options, dict) and bool(stream_options.get("include_usage")),
             logprobs=bool(body.get("logprobs", False)),
@@ -128,8 +171,29 @@ class ChatRequest:
         )
 
 
-class _Model:
-    """The policy, the tokenizer and the per-conversation counters behind the routes."""
+@dataclass(frozen=True)
+class Completion:
+    """A policy's answer to one chat request: the prompt ids it read, the turn, and extra root fields."""
+
+    prompt_ids: list[int]
+    turn: Turn
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+class ChatPolicy(Protocol):
+    """What sits behind the HTTP surface: answers chat requests, may serve more routes."""
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        """Answer one validated request (raise :class:`InvalidRequestError` for a request it cannot serve)."""
+        ...
+
+    def routes(self) -> Sequence[Route]:
+        """More routes to serve next to the OpenAI ones."""
+        ...
+
+
+class _StandIn:
+    """The stand-in policy, the tokenizer and the per-conversation counters behind the routes."""
 
     def __init__(self, settings: EndpointSettings) -> None:
         self.settings = settings
@@ -149,7 +213,7 @@ class _Model:
         material = f"{self.settings.seed}:{conversation}:{draw}".encode()
         return random.Random(int.from_bytes(hashlib.sha256(material).digest()[:8], "big"))
 
-    def complete(self, request: ChatRequest) -> tuple[list[int], Turn]:
+    async def complete(self, request: ChatRequest) -> Completion:
         turn = self.policy.respond(
             request.messages,
             tools=request.tools,
@@ -157,7 +221,10 @@ class _Model:
             temperature=request.temperature,
             rng=self.rng(request),
         )
-        return self.tokenizer.chat_prompt_ids(request.messages, request.tools), turn
+        return Completion(self.tokenizer.chat_prompt_ids(request.messages, request.tools), turn)
+
+    def routes(self) -> Sequence[Route]:
+        return ()
 
 
 def _logprob_entry(sampled: Sampled, top_logprobs: int) -> dict[str, Any]:
@@ -187,7 +254,8 @@ def _usage(prompt_ids: list[int], turn: Turn) -> dict[str, int]:
     }
 
 
-def _completion_body(request: ChatRequest, prompt_ids: list[int], turn: Turn, ids: tuple[str, int]) -> dict[str, Any]:
+def _completion_body(request: ChatRequest, completion: Completion, ids: tuple[str, int]) -> dict[str, Any]:
+    prompt_ids, turn = completion.prompt_ids, completion.turn
     message: dict[str, Any] = {"role": "assistant", "content": turn.content}
     if turn.tool_call is not None:
         call = turn.tool_call
@@ -208,14 +276,16 @@ def _completion_body(request: ChatRequest, prompt_ids: list[int], turn: Turn, id
             }
         ],
         "usage": _usage(prompt_ids, turn),
+        **completion.extra,
     }
     if request.return_token_ids:
         body["prompt_token_ids"] = prompt_ids
     return body
 
 
-def _stream_chunks(request: ChatRequest, prompt_ids: list[int], turn: Turn, ids: tuple[str, int]) -> list[dict]:
+def _stream_chunks(request: ChatRequest, completion: Completion, ids: tuple[str, int]) -> list[dict]:
     """The chunks vLLM would stream: the role first, then one chunk per token (tool calls per part)."""
+    prompt_ids, turn = completion.prompt_ids, completion.turn
 
     def chunk(delta: dict[str, Any], tokens: list[Sampled], finish_reason: str | None = None) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, **_choice_extras(request, tokens)}
@@ -225,6 +295,7 @@ def _stream_chunks(request: ChatRequest, prompt_ids: list[int], turn: Turn, ids:
             "created": ids[1],
             "model": request.model,
             "choices": [choice],
+            **completion.extra,
         }
 
     first = chunk({"role": "assistant", "content": ""}, [])
@@ -256,37 +327,48 @@ def _stream_chunks(request: ChatRequest, prompt_ids: list[int], turn: Turn, ids:
     return chunks
 
 
-def _error(status: int, message: str, *, param: str | None = None, kind: str = "invalid_request_error") -> Response:
+def error_response(
+    status: int, message: str, *, param: str | None = None, kind: str = "invalid_request_error"
+) -> Response:
+    """An error in OpenAI's shape."""
     return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}}, status_code=status)
 
 
-def create_app(settings: EndpointSettings | None = None) -> Starlette:
-    """Build the stand-in model's Starlette app."""
-    model = _Model(settings or EndpointSettings())
+def create_app(settings: EndpointSettings | None = None, policy: ChatPolicy | None = None) -> Starlette:
+    """Build the model endpoint's Starlette app around ``policy`` (default: the stand-in)."""
+    settings = settings or EndpointSettings()
+    if policy is None and settings.policy == TRANSFORMER:
+        from local_stack.tiny_policy.server import TransformerPolicy
+
+        policy = TransformerPolicy(seed=settings.seed)
+    policy = policy or _StandIn(settings)
 
     async def health(_: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
     async def models(_: Request) -> Response:
-        card = {"id": model.settings.model_name, "object": "model", "created": 0, "owned_by": "local-stack"}
+        card = {"id": settings.model_name, "object": "model", "created": 0, "owned_by": "local-stack"}
         return JSONResponse({"object": "list", "data": [card]})
 
     async def chat_completions(request: Request) -> Response:
         try:
             body = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return _error(400, f"the request body is not valid JSON: {exc}")
+            return error_response(400, f"the request body is not valid JSON: {exc}")
         try:
-            chat = ChatRequest.parse(body, model.settings.model_name)
+            chat = ChatRequest.parse(body, settings.model_name)
         except InvalidRequestError as exc:
-            return _error(400, str(exc), param=exc.param)
-        prompt_ids, turn = model.complete(chat)
+            return error_response(400, str(exc), param=exc.param)
+        try:
+            completion = await policy.complete(chat)
+        except InvalidRequestError as exc:
+            return error_response(400, str(exc), param=exc.param)
         ids = (f"chatcmpl-{uuid.uuid4().hex}", int(time.time()))
-        if model.settings.latency_s:
-            await asyncio.sleep(model.settings.latency_s)
+        if settings.latency_s:
+            await asyncio.sleep(settings.latency_s)
         if not chat.stream:
-            return JSONResponse(_completion_body(chat, prompt_ids, turn, ids))
-        chunks = _stream_chunks(chat, prompt_ids, turn, ids)
+            return JSONResponse(_completion_body(chat, completion, ids))
+        chunks = _stream_chunks(chat, completion, ids)
 
         async def events() -> AsyncIterator[str]:
             for item in chunks:
@@ -300,5 +382,6 @@ def create_app(settings: EndpointSettings | None = None) -> Starlette:
             Route("/health", health, methods=["GET"]),
             Route("/v1/models", models, methods=["GET"]),
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            *policy.routes(),
         ]
     )

@@ -84,10 +84,11 @@ class Turn(NamedTuple):
 
     @property
     def content(self) -> str | None:
-        """The text content (None for a tool call, as OpenAI returns it)."""
-        if self.tool_call is not None:
+        """The text content (None for a tool call with no text before it, as OpenAI returns it)."""
+        text = "".join(part.text for part in self.parts if part.kind == "text")
+        if self.tool_call is not None and not text:
             return None
-        return "".join(part.text for part in self.parts if part.kind == "text")
+        return text
 
     @property
     def tokens(self) -> list[Sampled]:

@@ -38,6 +38,8 @@ def model_endpoint_process(
             str(settings.seed),
             "--latency",
             str(settings.latency_s),
+            "--policy",
+            settings.policy,
         ],
         log_path=run_dir / "model.log",
         env=dict(base_env),

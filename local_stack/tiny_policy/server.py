@@ -1,0 +1,163 @@
+"""The transformer policy behind the model endpoint's OpenAI surface, with a weight-loading endpoint.
+
+:class:`TransformerPolicy` is a :class:`~local_stack.model_endpoint.app.ChatPolicy`: the endpoint's routes,
+validation, streaming and vLLM token fields are the stand-in's; this class samples the turn from
+the network (:func:`~local_stack.tiny_policy.model.sample_completion`) and adds ``weight_version`` to
+every response (and every streamed chunk).
+
+Sampling parameters: ``temperature`` (0 is greedy), ``top_p``, ``max_tokens`` (default
+:data:`DEFAULT_MAX_TOKENS`), ``seed`` (the request's draws come from ``torch.Generator().manual_seed(seed)``;
+without it, from the server's generator, seeded once with the endpoint's seed).
+
+Weights: ``GET /v1/weights`` returns ``{"weight_version", "config"}`` (the config builds the same network,
+:class:`~local_stack.tiny_policy.model.PolicyConfig`); ``POST /v1/weights`` loads a ``state_dict`` saved with
+``torch.save``, either from a file (JSON ``{"path": "...", "version": N}``) or as the request body
+(``Content-Type: application/octet-stream``, ``?version=N``). ``version`` defaults to the current one
+plus 1. Requests are served one at a time, and a load waits for the running request, so a response's
+logprobs and its ``weight_version`` always belong together.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from local_stack.model_endpoint.app import ChatRequest, Completion, InvalidRequestError, error_response
+from local_stack.model_endpoint.policy import Part, Sampled, ToolCall, Turn
+from local_stack.model_endpoint.tokenizer import Token
+from local_stack.tiny_policy.chat_template import ChatTokenizer, VocabularyError, tool_names
+from local_stack.tiny_policy.model import PolicyConfig, build_model, require_torch, sample_completion
+
+__all__ = ["DEFAULT_MAX_TOKENS", "TransformerPolicy"]
+
+DEFAULT_MAX_TOKENS = 16
+
+
+class TransformerPolicy:
+    """The tiny causal transformer as a chat policy; see the module docstring."""
+
+    def __init__(self, config: PolicyConfig | None = None, *, seed: int = 0, weights: Path | None = None) -> None:
+        self._torch = require_torch()
+        self._torch.set_num_threads(1)
+        self.config = config or PolicyConfig(seed=seed)
+        self.tokenizer = ChatTokenizer()
+        self.model = build_model(self.config)
+        self.weight_version = 0
+        self._lock = threading.Lock()
+        self._generator = self._torch.Generator().manual_seed(seed)
+        if weights is not None:
+            self.load_weights(weights.read_bytes(), version=0)
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        """Sample the next assistant turn (in a worker thread: the event loop stays free)."""
+        return await run_in_threadpool(self._complete, request)
+
+    def _complete(self, request: ChatRequest) -> Completion:
+        tool = _called_tool(request)
+        try:
+            prompt_ids = self.tokenizer.render_prompt(request.messages, request.tools)
+        except VocabularyError as exc:
+            raise InvalidRequestError(str(exc), "messages") from exc
+        stop_ids = self.tokenizer.stop_ids if tool else frozenset({self.tokenizer.im_end_id})
+        with self._lock:
+            generator = (
+                self._torch.Generator().manual_seed(request.seed) if request.seed is not None else self._generator
+            )
+            try:
+                ids, logprobs, stopped = sample_completion(
+                    self.model,
+                    prompt_ids,
+                    max_tokens=request.max_tokens or DEFAULT_MAX_TOKENS,
+                    stop_ids=stop_ids,
+                    temperature=request.temperature,
+                    top_p=request.top_p,
+                    generator=generator,
+                )
+            except ValueError as exc:
+                raise InvalidRequestError(str(exc), "messages") from exc
+            version = self.weight_version
+        return Completion(prompt_ids, self._turn(ids, logprobs, stopped, tool), {"weight_version": version})
+
+    def _turn(self, ids: list[int], logprobs: list[float], stopped: bool, tool: str | None) -> Turn:
+        sampled = [Sampled(Token(i, self.tokenizer.piece(i)), lp) for i, lp in zip(ids, logprobs, strict=True)]
+        body, end = (sampled[:-1], sampled[-1:]) if stopped else (sampled, [])
+        text = Part("text", "".join(s.token.text for s in body), body)
+        if not (stopped and ids[-1] == self.tokenizer.tool_call_id):
+            return Turn([text, Part("end", "", end)], None, "stop" if stopped else "length")
+        call = ToolCall(f"call_{uuid.uuid4().hex[:24]}", tool or "", "{}")
+        parts = [
+            text,
+            Part("tool_name", call.name, end),
+            Part("tool_arguments", call.arguments, []),
+            Part("end", "", []),
+        ]
+        return Turn(parts, call, "tool_calls")
+
+    def load_weights(self, state: bytes, *, version: int | None = None) -> int:
+        """Load a ``torch.save``'d state_dict (same config); return the new weight version."""
+        loaded = self._torch.load(io.BytesIO(state), map_location="cpu", weights_only=True)
+        with self._lock:
+            self.model.load_state_dict(loaded, strict=True)
+            self.weight_version = self.weight_version + 1 if version is None else version
+            return self.weight_version
+
+    def routes(self) -> Sequence[Route]:
+        """``GET`` and ``POST /v1/weights``."""
+        return [Route("/v1/weights", self._weights, methods=["GET", "POST"])]
+
+    async def _weights(self, request: Request) -> Response:
+        if request.method == "GET":
+            return JSONResponse({"weight_version": self.weight_version, "config": self.config.to_dict()})
+        try:
+            state, version = await _weights_request(request)
+            loaded = await run_in_threadpool(self.load_weights, state, version=version)
+        except (OSError, ValueError, RuntimeError) as exc:
+            return error_response(400, f"could not load the weights: {exc}", param="weights")
+        return JSONResponse({"weight_version": loaded})
+
+
+async def _weights_request(request: Request) -> tuple[bytes, int | None]:
+    """The state_dict bytes and the version of a ``POST /v1/weights`` (a JSON path or the raw body)."""
+    if request.headers.get("content-type", "").startswith("application/octet-stream"):
+        version = request.query_params.get("version")
+        return await request.body(), int(version) if version is not None else None
+    try:
+        body: Any = json.loads(await request.body())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"send JSON {{'path': ..., 'version': N}} or an octet-stream body: {exc}") from exc
+    if not isinstance(body, dict) or not isinstance(body.get("path"), str):
+        raise ValueError("send JSON {'path': '/file/saved/with/torch.save', 'version': N}")
+    version = body.get("version")
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+        raise ValueError("version must be an integer")
+    return Path(body["path"]).read_bytes(), version
+
+
+def _called_tool(request: ChatRequest) -> str | None:
+    """The tool a ``<tool_call>`` token calls in this request, or None when the model may not call one."""
+    names = tool_names(request.tools)
+    choice = request.tool_choice
+    if not names or choice == "none":
+        return None
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+        if name not in names:
+            raise InvalidRequestError(f"tool_choice names {name!r}, not one of the tools {names}", "tool_choice")
+        return name
+    if len(names) > 1:
+        raise InvalidRequestError(
+            f"this model calls one tool per request, and {len(names)} are offered: offer one, or name one in "
+            "tool_choice",
+            "tools",
+        )
+    return names[0]
