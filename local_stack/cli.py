@@ -33,8 +33,15 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--model-url", help="use this OpenAI-compatible endpoint (http://host:port/v1), not the stand-in")
     up.add_argument("--no-gateway", action="store_true", help="do not put the token gateway in front of the model")
     up.add_argument("--no-workers", action="store_true", help="run no Lambda workers (run the handlers yourself)")
-    up.add_argument("--latency", type=float, default=0.0, help="stand-in model: simulated seconds per call (0)")
-    up.add_argument("--seed", type=int, default=0, help="stand-in model: seed (0)")
+    up.add_argument(
+        "--policy",
+        choices=("stand-in", "transformer"),
+        default="stand-in",
+        help="the local model: the scripted stand-in (default) or the tiny PyTorch transformer (needs `make ml-env`; "
+        "run .venv-ml/bin/rollouts)",
+    )
+    up.add_argument("--latency", type=float, default=0.0, help="local model: simulated seconds per call (0)")
+    up.add_argument("--seed", type=int, default=0, help="local model: seed (0; the transformer's initialization too)")
     up.add_argument(
         "--dispatcher-environments", type=int, default=2, help="dispatcher worker processes per experiment (2)"
     )
@@ -175,7 +182,7 @@ def _up(args: argparse.Namespace) -> int:
             run_dir=args.run_dir,
             experiments=tuple(args.exp or ("demo",)),
             model_base_url=args.model_url,
-            model=EndpointSettings(seed=args.seed, latency_s=args.latency),
+            model=EndpointSettings(seed=args.seed, latency_s=args.latency, policy=args.policy),
             gateway=not args.no_gateway,
             workers=not args.no_workers,
             dispatcher_environments=args.dispatcher_environments,
