@@ -12,7 +12,7 @@ unexport PYTHONDONTWRITEBYTECODE
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export UV_LINK_MODE := copy
 
-.PHONY: install ml-env test test-ml lint demo clean
+.PHONY: install ml-env test test-ml lint demo train-demo clean
 
 install: $(VENV)/.installed node_modules/.installed
 
@@ -52,6 +52,10 @@ test-ml: ml-env
 
 demo: install
 	$(BIN)/rollouts demo
+
+# GRPO on the local stack: the tiny PyTorch policy learns the lookup task (examples/grpo_local/; ARGS="--steps 3").
+train-demo: ml-env
+	$(ML_BIN)/python -m examples.grpo_local $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(ML_VENV) node_modules cdk.out .pytest_cache

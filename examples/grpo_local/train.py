@@ -56,12 +56,12 @@ AGENT_PRELOAD = ("boto3", "uvicorn", "bedrock_agentcore.runtime", "openai", "age
 class TrainSettings:
     """The run's knobs (``--help`` lists them with defaults)."""
 
-    steps: int = 12
-    prompts: int = 8
+    steps: int = 10
+    prompts: int = 6
     samples: int = 8
     concurrency: int = 16
-    lr: float = 5e-3
-    epochs: int = 2
+    lr: float = 1e-2
+    epochs: int = 3
     clip: float = 0.2
     temperature: float = 1.0
     max_tokens: int = 8
