@@ -21,14 +21,15 @@ reward_fn = LookupReward()
 
 async def run_episode(client: AsyncOpenAI, model_id: str, payload: dict[str, Any], sampling: dict[str, Any]) -> dict:
     """Talk to the model until it answers (or :data:`MAX_MODEL_CALLS` run out); return what happened."""
-    messages: list[dict[str, Any]] = [{"role": "user", "content": payload["prompt"]}]
+    messages: list[Any] = [{"role": "user", "content": payload["prompt"]}]
+    tools: list[Any] = [LOOKUP_TOOL]
     called_tool = False
     answer = ""
     model_calls = 0
     while model_calls < MAX_MODEL_CALLS:
         model_calls += 1
         response = await client.chat.completions.create(
-            model=model_id, messages=messages, tools=[LOOKUP_TOOL], **sampling
+            model=model_id, messages=messages, tools=tools, **sampling
         )
         message = response.choices[0].message
         if not message.tool_calls:

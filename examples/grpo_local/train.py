@@ -97,7 +97,7 @@ def train(settings: TrainSettings, out=sys.stdout) -> dict[str, Any]:
     )
     run = Run()
     out.write(f"starting the local stack with the transformer policy (logs in {settings.run_dir}/) ...\n")
-    with LocalStack(stack_settings) as stack, httpx.Client(base_url=stack.model_url, timeout=60) as model_http:
+    with LocalStack(stack_settings) as stack, httpx.Client(base_url=str(stack.model_url), timeout=60) as model_http:
         server = model_http.get("/weights").raise_for_status().json()
         model = build_model(PolicyConfig(**server["config"]))
         weights_path = output_dir / "weights.pt"

@@ -64,51 +64,10 @@ class PolicyConfig:
 def build_model(config: PolicyConfig) -> torch.nn.Module:
     """Build the network with weights drawn from ``torch.manual_seed(config.seed)``, in fp32 on the CPU."""
     torch = require_torch()
-    nn = torch.nn
-    functional = torch.nn.functional
-
-    class Block(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.ln_attn = nn.LayerNorm(config.d_model)
-            self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
-            self.proj = nn.Linear(config.d_model, config.d_model)
-            self.ln_mlp = nn.LayerNorm(config.d_model)
-            self.mlp = nn.Sequential(
-                nn.Linear(config.d_model, config.d_ff), nn.GELU(), nn.Linear(config.d_ff, config.d_model)
-            )
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            batch, length, width = x.shape
-            q, k, v = self.qkv(self.ln_attn(x)).split(width, dim=2)
-            heads = [t.view(batch, length, config.n_heads, -1).transpose(1, 2) for t in (q, k, v)]
-            attended = functional.scaled_dot_product_attention(*heads, is_causal=True)
-            x = x + self.proj(attended.transpose(1, 2).reshape(batch, length, width))
-            return x + self.mlp(self.ln_mlp(x))
-
-    class TinyCausalLM(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.config = config
-            self.embed = nn.Embedding(config.vocab_size, config.d_model)
-            self.position = nn.Embedding(config.max_seq_len, config.d_model)
-            self.blocks = nn.ModuleList(Block() for _ in range(config.n_layers))
-            self.ln_out = nn.LayerNorm(config.d_model)
-            self.head = nn.Linear(config.d_model, config.vocab_size)
-            self.head.weight = self.embed.weight  # tied: attending to a token raises its own logit (copying)
-
-        def forward(self, ids: torch.Tensor) -> torch.Tensor:
-            """Logits ``[batch, length, vocab]`` for ids ``[batch, length]``."""
-            if ids.shape[1] > config.max_seq_len:
-                raise ValueError(f"sequence of {ids.shape[1]} tokens is longer than max_seq_len {config.max_seq_len}")
-            positions = torch.arange(ids.shape[1], device=ids.device)
-            x = self.embed(ids) + self.position(positions)
-            for block in self.blocks:
-                x = block(x)
-            return self.head(self.ln_out(x))
+    from local_stack.tiny_policy._network import TinyCausalLM
 
     torch.manual_seed(config.seed)
-    model = TinyCausalLM()
+    model = TinyCausalLM(config)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             if parameter.dim() > 1:
