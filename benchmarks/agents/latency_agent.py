@@ -1,0 +1,39 @@
+"""The latency benchmark's agent: a few streamed model calls through ``_rollout.base_url``, then idle to a length.
+
+``payload["calls"]`` streamed chat completions (default 2; Strands streams too, so each trace is written the
+way the gateway writes streamed traces), then it sleeps until ``payload["duration_s"]`` seconds passed since
+the handler started, and returns reward 1. The model is the stand-in endpoint behind the token gateway.
+"""
+
+import asyncio
+import time
+
+import httpx
+
+from agent_app import AgentCoreRLApp
+
+app = AgentCoreRLApp()
+
+
+@app.rollout_entrypoint
+async def invoke(payload):
+    """Call the model ``calls`` times, streamed, then wait out ``duration_s``."""
+    started = time.monotonic()
+    rollout = payload["_rollout"]
+    request = {
+        "model": rollout["model_id"],
+        "messages": [{"role": "user", "content": payload.get("prompt", "What is 2 + 3?")}],
+        "stream": True,
+    }
+    async with httpx.AsyncClient(timeout=60, trust_env=False) as http:
+        for _ in range(int(payload.get("calls", 2))):
+            async with http.stream("POST", f"{rollout['base_url']}/chat/completions", json=request) as response:
+                response.raise_for_status()
+                async for _line in response.aiter_lines():
+                    pass
+    await asyncio.sleep(max(0.0, float(payload.get("duration_s", 0)) - (time.monotonic() - started)))
+    return {"rewards": 1.0}
+
+
+if __name__ == "__main__":
+    app.run()
