@@ -6,8 +6,11 @@ payload or a busy interpreter cannot push a send into the next slot's window).
 
 Stops come before new invokes: an invoke takes only a slot that starts within ``invoke_horizon_s`` (1 s),
 a stop any slot within ``max_wait_s`` (5 s). Slots go out in order, so a stop waits behind at most a second
-of invokes, and while stops wait beyond that, invokes get no slot and go back to their queue. A backlog
-of new rollouts can then never starve the stops that free the sessions it waits for.
+of invokes, and while stops wait beyond that, invokes get no slot. A backlog of new rollouts can then
+never starve the stops that free the sessions it waits for. An invoke that finds no slot in reach sleeps
+until one is (up to ``invoke_wait_s``, 5 s) rather than going back to its queue at once: a requeue costs
+at least a second of SQS visibility and several writes, which left most of the budget unused under a
+backlog.
 
 Errors become :class:`~lambdas.exceptions.RetryableAcrError` (``RETRYABLE_ERROR_CODES``, any 5xx, and
 transport failures) or :class:`~lambdas.exceptions.FinalAcrError`. The client must not retry by itself
@@ -39,6 +42,8 @@ _SERVICE_ID = "bedrock-agentcore"
 _OPERATIONS = ("InvokeAgentRuntime", "StopRuntimeSession")
 #: How far ahead an invoke may reserve its slot (stops may reserve up to the caller's ``max_wait_s``).
 INVOKE_HORIZON_S = 1.0
+#: How long an invoke may wait in the function for a slot to come within its horizon before it is requeued.
+INVOKE_WAIT_S = 5.0
 #: The slot the current thread's ACR call must wait for: (budget, slot start, longest wait).
 _pending_slot: ContextVar[tuple[TpsBudget, float, float] | None] = ContextVar("rollouts_pending_slot", default=None)
 
@@ -63,6 +68,7 @@ class Acr:
         qualifier: str,
         max_wait_s: float,
         invoke_horizon_s: float = INVOKE_HORIZON_S,
+        invoke_wait_s: float = INVOKE_WAIT_S,
     ) -> None:
         self._client = client
         self.tps = tps
@@ -75,14 +81,16 @@ class Acr:
         self.max_wait_s = max_wait_s
         #: Invokes reserve only this far ahead, so stops keep precedence (see the module docstring).
         self.invoke_horizon_s = min(invoke_horizon_s, max_wait_s)
+        #: How long an invoke waits for a slot within its horizon before giving up.
+        self.invoke_wait_s = invoke_wait_s
 
     def reserve_invoke(self) -> float:
-        """Reserve a slot for an invoke (within ``invoke_horizon_s``); return its start time.
+        """Reserve an invoke slot within ``invoke_horizon_s``, waiting up to ``invoke_wait_s``; return its start.
 
         Raises:
-            NoTokenError: no slot that soon (stops or other invokes hold them).
+            NoTokenError: no slot came within reach in ``invoke_wait_s`` (stops or other invokes hold them).
         """
-        return self.tps.reserve(horizon_s=self.invoke_horizon_s)
+        return self.tps.reserve_waiting(horizon_s=self.invoke_horizon_s, wait_s=self.invoke_wait_s)
 
     @staticmethod
     def encode(payload: dict[str, Any]) -> bytes:

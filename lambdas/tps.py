@@ -90,6 +90,25 @@ class TpsBudget:
                 return earliest
         raise NoTokenError(retry_after_s=self.interval_s)
 
+    def reserve_waiting(self, *, horizon_s: float, wait_s: float) -> float:
+        """Like :meth:`reserve`, but while every slot up to the horizon is taken, sleep until one is in reach.
+
+        Each reservation still starts at most ``horizon_s`` ahead of its own "now", so callers with a longer
+        horizon keep their precedence; waiting here instead of going back to the queue keeps the budget full
+        under a backlog (a requeue costs at least a second of SQS visibility and several writes).
+
+        Raises:
+            NoTokenError: no slot came within reach in ``wait_s`` seconds.
+        """
+        give_up_at = self._clock() + wait_s
+        while True:
+            try:
+                return self.reserve(horizon_s=horizon_s)
+            except NoTokenError as exc:
+                if self._clock() + exc.retry_after_s > give_up_at:
+                    raise
+                self._sleep(exc.retry_after_s)
+
     def wait_for(self, slot_start: float, *, max_wait_s: float) -> float:
         """Sleep until a reserved slot starts and return the send time.
 

@@ -515,6 +515,7 @@ def test_stops_come_before_new_invokes_in_the_invoke_budget(env: Env) -> None:
     # GIVEN an invoke budget reserved 1.5 s ahead (stops waiting for their slots)
     reserve_budget_ahead(env, 1.5)
     request = env.start_request()
+    env.rt.acr.invoke_wait_s = 0.0  # no waiting for a slot to come within the invoke horizon
 
     # WHEN a new rollout is dispatched and a finished session is stopped
     with pytest.raises(RequeueError, match="invoke budget"):
@@ -525,3 +526,26 @@ def test_stops_come_before_new_invokes_in_the_invoke_budget(env: Env) -> None:
     assert env.acr.calls_of(INVOKE) == []
     assert len(env.acr.calls_of(STOP)) == 1
     assert env.rt.ledger.slots_held() == (0, 0)
+
+
+def test_an_invoke_whose_budget_is_full_waits_for_a_slot_in_reach_instead_of_going_back_to_the_queue(
+    env: Env,
+) -> None:
+    # GIVEN an invoke budget reserved 1.5 s ahead: no slot within the invoke horizon (1 s) now
+    next_at = time.time() + 1.5
+    env.rt.clients.dynamodb.put_item(
+        TableName=env.rt.settings.budget_table,
+        Item={
+            BUDGET_PARTITION_KEY: {"S": tps_budget_id(env.rt.settings.runtime_arn, env.rt.settings.runtime_qualifier)},
+            ATTR_NEXT_AT: {"N": str(next_at)},
+        },
+    )
+    request = env.start_request()
+
+    # WHEN a new rollout is dispatched
+    outcome = dispatch(request, receive_count=1, rt=env.rt)
+
+    # THEN it waited in the function until the slot at next_at came within reach, took it and was invoked once
+    assert outcome is DispatchOutcome.INVOKED
+    assert len(env.acr.calls_of(INVOKE)) == 1
+    assert env.rt.ledger.get(request.session_id).dispatched_at >= next_at
