@@ -44,16 +44,19 @@ _OPERATIONS = ("InvokeAgentRuntime", "StopRuntimeSession")
 INVOKE_HORIZON_S = 1.0
 #: How long an invoke may wait in the function for a slot to come within its horizon before it is requeued.
 INVOKE_WAIT_S = 5.0
-#: The slot the current thread's ACR call must wait for: (budget, slot start, longest wait).
-_pending_slot: ContextVar[tuple[TpsBudget, float, float] | None] = ContextVar("rollouts_pending_slot", default=None)
+#: The slot the current thread's ACR call must wait for: (budget, slot start, horizon of a new slot if it is
+#: missed, how long to wait for that one to come within the horizon).
+_pending_slot: ContextVar[tuple[TpsBudget, float, float, float] | None] = ContextVar(
+    "rollouts_pending_slot", default=None
+)
 
 
 def _wait_for_slot(**_: Any) -> None:
     """botocore ``before-send`` hook: hold the request until its reserved slot starts."""
     pending = _pending_slot.get()
     if pending is not None:
-        tps, slot_start, max_wait_s = pending
-        tps.wait_for(slot_start, max_wait_s=max_wait_s)
+        tps, slot_start, max_wait_s, wait_s = pending
+        tps.wait_for(slot_start, max_wait_s=max_wait_s, wait_s=wait_s)
 
 
 class Acr:
@@ -105,7 +108,7 @@ class Acr:
             RetryableAcrError: the invoke may succeed later.
             FinalAcrError: it cannot.
         """
-        token = _pending_slot.set((self.tps, slot_start, self.invoke_horizon_s))
+        token = _pending_slot.set((self.tps, slot_start, self.invoke_horizon_s, self.invoke_wait_s))
         try:
             response = self._client.invoke_agent_runtime(
                 **self._target,
@@ -129,7 +132,7 @@ class Acr:
             RetryableAcrError: the stop may succeed later.
             FinalAcrError: it cannot.
         """
-        token = _pending_slot.set((self.tps, self.tps.reserve(horizon_s=self.max_wait_s), self.max_wait_s))
+        token = _pending_slot.set((self.tps, self.tps.reserve(horizon_s=self.max_wait_s), self.max_wait_s, 0.0))
         try:
             self._client.stop_runtime_session(**self._target, runtimeSessionId=session_id)
         except (ClientError, BotoCoreError) as exc:

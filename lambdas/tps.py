@@ -109,14 +109,15 @@ class TpsBudget:
                     raise
                 self._sleep(exc.retry_after_s)
 
-    def wait_for(self, slot_start: float, *, max_wait_s: float) -> float:
+    def wait_for(self, slot_start: float, *, max_wait_s: float, wait_s: float = 0.0) -> float:
         """Sleep until a reserved slot starts and return the send time.
 
         A slot missed by more than :attr:`max_lateness_s` (a stalled caller) is given up for a new one,
-        so a late send never crowds the window of a later slot.
+        so a late send never crowds the window of a later slot; the new one is reserved as
+        :meth:`reserve_waiting` does (``wait_s``: how long it may wait for a slot within ``max_wait_s``).
 
         Raises:
-            NoTokenError: a new slot was needed and none starts within ``max_wait_s``.
+            NoTokenError: a new slot was needed and none came within reach in time.
         """
         start = slot_start
         while True:
@@ -126,7 +127,7 @@ class TpsBudget:
             now = self._clock()
             if now - start <= self.max_lateness_s:
                 return now
-            start = self.reserve(horizon_s=max_wait_s)
+            start = self.reserve_waiting(horizon_s=max_wait_s, wait_s=wait_s)
 
     def acquire(self, *, max_wait_s: float) -> float:
         """Wait for a slot starting within ``max_wait_s`` seconds; return the send time.
