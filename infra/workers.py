@@ -20,6 +20,9 @@ from rollout_contract.keys import experiment_prefix, payload_ref_prefix
 
 #: Lambda's limit for an SQS event source batch on a standard queue without a batching window.
 SQS_BATCH_SIZE = 10
+#: No batching window: Lambda's pollers invoke as soon as a long poll returns messages (docs/architecture.md,
+#: "Latency budget"); a window would add up to its length to every dispatch and every finish.
+SQS_BATCHING_WINDOW = Duration.seconds(0)
 DISPATCHER_TIMEOUT = Duration.seconds(60)
 FINISHER_TIMEOUT = Duration.seconds(60)
 SWEEPER_TIMEOUT = Duration.seconds(55)
@@ -92,13 +95,17 @@ class RolloutWorkers(Construct):
             event_sources.SqsEventSource(
                 dispatch.queue,
                 batch_size=SQS_BATCH_SIZE,
+                max_batching_window=SQS_BATCHING_WINDOW,
                 report_batch_item_failures=True,
                 max_concurrency=settings.dispatcher_max_concurrency,
             )
         )
         self.finisher.function.add_event_source(
             event_sources.SqsEventSource(
-                finisher_inbox.queue, batch_size=SQS_BATCH_SIZE, report_batch_item_failures=True
+                finisher_inbox.queue,
+                batch_size=SQS_BATCH_SIZE,
+                max_batching_window=SQS_BATCHING_WINDOW,
+                report_batch_item_failures=True,
             )
         )
         self.sweep_schedule = events.Rule(

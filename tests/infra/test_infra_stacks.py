@@ -298,9 +298,11 @@ def test_dispatcher_and_finisher_consume_their_queues_with_partial_batch_failure
     }
     dispatch = mappings[_logical_id(template, "AWS::SQS::Queue", QueueName=names.dispatch_queue.name)]
     finisher = mappings[_logical_id(template, "AWS::SQS::Queue", QueueName=names.finisher_queue.name)]
-    # THEN both take batches of 10 with partial batch responses, and the dispatcher's concurrency is capped
+    # THEN both take batches of 10 at once (no batching window) with partial batch responses, and the
+    # dispatcher's concurrency is capped
     for mapping in (dispatch, finisher):
         assert mapping["BatchSize"] == 10
+        assert mapping["MaximumBatchingWindowInSeconds"] == 0
         assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
     assert dispatch["ScalingConfig"] == {"MaximumConcurrency": 5}
     assert len(mappings) == 2
