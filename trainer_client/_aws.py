@@ -79,7 +79,8 @@ def aws_call(what: str) -> Iterator[None]:
 def not_found_message(exp_id: str, what: str) -> str:
     """Say that experiment ``exp_id`` is missing and how to create it."""
     return (
-        f"experiment {exp_id!r} not found ({what}). Create it with `cdk deploy -c experiment={exp_id}` in AWS, "
+        f"experiment {exp_id!r} not found ({what}). Create it with "
+        f"`npx cdk deploy -c experiment={exp_id} -c image_tag=TAG` in AWS (README, 'Deploying to AWS'), "
         "or start the local stack with `rollouts local up`, then retry"
     )
 
