@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 
-from lambdas.observability import flush_metrics
+from lambdas.observability import add_metric
 from lambdas.runtime import current_runtime
+from rollout_contract import metrics as names
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 
 class ConcurrentBatchProcessor(BatchProcessor):
@@ -37,19 +39,16 @@ class ConcurrentBatchProcessor(BatchProcessor):
 
 def handle_sqs_batch(
     event: dict[str, Any],
-    context: Any,
+    context: LambdaContext | None,
     *,
     record_handler: Callable[[SQSRecord], Any],
     processor: BatchProcessor,
 ) -> PartialItemFailureResponse:
     """The body of a queue-fed handler: build the runtime, process the records, report partial failures.
 
-    Metrics are flushed whatever happens, so a failed batch still reports what it did.
+    Call it from a handler wrapped in :func:`lambdas.observability.lambda_entry_point`, which flushes the
+    metrics whatever happens (the batch size is recorded first, so every invocation has one).
     """
+    add_metric(names.BATCH_RECORDS, len(event.get("Records", [])))
     current_runtime()
-    try:
-        return process_partial_response(
-            event=event, record_handler=record_handler, processor=processor, context=context
-        )
-    finally:
-        flush_metrics()
+    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

@@ -34,7 +34,7 @@ from lambdas._batch import ConcurrentBatchProcessor, handle_sqs_batch
 from lambdas.exceptions import AcrCallError, FinalAcrError, NoTokenError, RequeueError, RetryableAcrError
 from lambdas.finishing import stop_session
 from lambdas.ledger import Admission, Recorded
-from lambdas.observability import add_metric, emit_with_dimension, logger
+from lambdas.observability import add_metric, emit_with_dimension, lambda_entry_point, logger
 from lambdas.runtime import current_runtime
 from rollout_contract import metrics as names
 from rollout_contract.ids import validate_exp_id, validate_input_id, validate_session_id
@@ -46,6 +46,7 @@ from rollout_contract.sessions import SessionState
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
     from lambdas.ledger import SessionRecord
     from lambdas.runtime import Runtime
@@ -366,6 +367,7 @@ def record_handler(record: SQSRecord) -> str:
 processor = ConcurrentBatchProcessor(EventType.SQS, max_workers=DISPATCH_WORKERS)
 
 
-def handler(event: dict[str, Any], context: Any) -> PartialItemFailureResponse:
+@lambda_entry_point
+def handler(event: dict[str, Any], context: LambdaContext | None) -> PartialItemFailureResponse:
     """Lambda entry point: a batch of dispatch-queue records, partial batch failures reported."""
     return handle_sqs_batch(event, context, record_handler=record_handler, processor=processor)

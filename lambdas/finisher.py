@@ -13,7 +13,7 @@ from aws_lambda_powertools.utilities.batch import EventType
 
 from lambdas._batch import ConcurrentBatchProcessor, handle_sqs_batch
 from lambdas.finishing import finish_rollout
-from lambdas.observability import logger
+from lambdas.observability import lambda_entry_point, logger
 from lambdas.runtime import current_runtime
 from rollout_contract.events import parse_object_created
 from rollout_contract.keys import is_result_key, parse_result_key
@@ -21,6 +21,7 @@ from rollout_contract.keys import is_result_key, parse_result_key
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
     from lambdas.ledger import Transition
     from lambdas.runtime import Runtime
@@ -61,6 +62,7 @@ FINISH_WORKERS = 10
 processor = ConcurrentBatchProcessor(EventType.SQS, max_workers=FINISH_WORKERS)
 
 
-def handler(event: dict[str, Any], context: Any) -> PartialItemFailureResponse:
+@lambda_entry_point
+def handler(event: dict[str, Any], context: LambdaContext | None) -> PartialItemFailureResponse:
     """Lambda entry point: a batch of finisher-queue records, partial batch failures reported."""
     return handle_sqs_batch(event, context, record_handler=record_handler, processor=processor)

@@ -1,16 +1,21 @@
 """Logging and metrics shared by the three functions: one powertools ``Logger`` and one ``Metrics``.
 
-Logs are JSON with ``exp_id`` and, while a record is processed, ``session_id`` (thread-local keys, so
-concurrent records never mix). Metrics go to stdout in CloudWatch embedded metric format; names and
-dimensions come from ``rollout_contract.metrics``.
+Logs are JSON with ``exp_id``, the Lambda request id (``function_request_id``) and, while a record is
+processed, ``session_id`` (thread-local keys, so concurrent records never mix). Metrics go to stdout in
+CloudWatch embedded metric format when the handler returns or raises; names and dimensions come from
+``rollout_contract.metrics``. Handlers are wrapped with :func:`lambda_entry_point`.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from aws_lambda_powertools import Logger, Metrics, single_metric
 from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from rollout_contract.metrics import EXP_DIMENSION, NAMESPACE
 
@@ -19,6 +24,28 @@ SERVICE = "agentcore-rollouts"
 logger = Logger(service=SERVICE)
 metrics = Metrics(namespace=NAMESPACE)
 _metrics_lock = threading.Lock()
+
+Response = TypeVar("Response")
+Handler = Callable[[dict[str, Any], LambdaContext], Response]
+
+
+def lambda_entry_point(handler: Handler[Response]) -> Callable[[dict[str, Any], LambdaContext | None], Response]:
+    """Wrap a handler in Powertools' ``inject_lambda_context`` and ``log_metrics``.
+
+    Every log line of the invocation then carries the request id (and cold start, function name, ...),
+    and the invocation's metrics are flushed whether the handler returns or raises. A direct call without
+    a context (a script, a test) has no request id to log but still flushes its metrics.
+    """
+    with_metrics = metrics.log_metrics(handler)
+    with_context = logger.inject_lambda_context(with_metrics)
+
+    @functools.wraps(handler)
+    def entry_point(event: dict[str, Any], context: LambdaContext | None) -> Response:
+        if context is None:
+            return with_metrics(event, context)
+        return with_context(event, context)
+
+    return entry_point
 
 
 def bind_experiment(exp_id: str) -> None:
@@ -43,10 +70,3 @@ def emit_with_dimension(name: str, dimension: str, dimension_value: str, value: 
         default_dimensions=dict(metrics.default_dimensions),
     ) as metric:
         metric.add_dimension(name=dimension, value=dimension_value)
-
-
-def flush_metrics() -> None:
-    """Write this invocation's metrics to stdout as one EMF line, if there are any."""
-    with _metrics_lock:
-        if metrics.metric_set:
-            metrics.flush_metrics()

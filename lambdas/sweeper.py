@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from lambdas.exceptions import NoTokenError, RetryableAcrError
 from lambdas.finishing import DEADLINE_EXCEEDED, finish_rollout
 from lambdas.ledger import Reconciliation, Transition
-from lambdas.observability import add_metric, flush_metrics, logger
+from lambdas.observability import add_metric, lambda_entry_point, logger
 from lambdas.runtime import current_runtime
 from rollout_contract import metrics as names
 from rollout_contract.keys import ResultKey
@@ -36,6 +36,8 @@ from rollout_contract.results import ErrorInfo, RolloutResult, Status, Timings
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
     from lambdas.ledger import SessionRecord
     from lambdas.runtime import Runtime
@@ -170,17 +172,16 @@ def _timed_out_or_existing(record: SessionRecord, now: float, rt: Runtime) -> Ro
     return rt.store.write_first(result).result
 
 
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+@lambda_entry_point
+def handler(event: dict[str, Any], context: LambdaContext | None) -> dict[str, Any]:
     """Lambda entry point (scheduled); returns a summary of the sweep.
 
     With a context, the sweep takes no new rollout once less than ``TIME_MARGIN_S`` is left before the
     function's timeout; without one (a direct call), it has no time limit.
     """
+    add_metric(names.SWEEPER_RUNS, 1)
     time_left_s = None if context is None else lambda: context.get_remaining_time_in_millis() / 1000
-    try:
-        report = sweep(current_runtime(), time_left_s=time_left_s)
-    finally:
-        flush_metrics()
+    report = sweep(current_runtime(), time_left_s=time_left_s)
     summary = {
         "overdue": report.overdue,
         "finished": report.finished,

@@ -27,6 +27,8 @@ REWARD = "Reward"  # None: the scalar reward of a finished rollout, where numeri
 IN_FLIGHT = "RolloutsInFlight"  # Count (gauge, by the sweeper): rollouts holding a session slot
 SLOT_DRIFT = "SessionSlotDrift"  # Count: correction the sweeper applied to the slot count
 STOP_FAILURES = "StopFailures"  # Count: StopRuntimeSession calls that failed for good
+BATCH_RECORDS = "BatchRecords"  # Count: records one dispatcher or finisher invocation received
+SWEEPER_RUNS = "SweeperRuns"  # Count: sweeper invocations (one a minute when it is scheduled and healthy)
 OVERDUE = "RolloutsOverdue"  # Count (gauge, by the sweeper, every run): in flight OVERDUE_GRACE_S past the deadline
 
 #: Seconds past its deadline after which a rollout still in flight counts in :data:`OVERDUE`. The sweeper

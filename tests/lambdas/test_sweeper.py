@@ -84,9 +84,14 @@ def mass_failure(env: Env, count: int = MASS_FAILURE) -> tuple[Env, list[Dispatc
 
 @dataclasses.dataclass
 class LambdaContext:
-    """The part of the Lambda context the sweeper reads: the time left before the function's timeout."""
+    """A Lambda context whose time left before the function's timeout the test controls."""
 
     time_left_s: Callable[[], float]
+    function_name: str = "sweeper"
+    function_version: str = "$LATEST"
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:sweeper"
+    memory_limit_in_mb: int = 256
+    aws_request_id: str = "sweeper-request"
 
     def get_remaining_time_in_millis(self) -> int:
         return int(self.time_left_s() * 1000)
