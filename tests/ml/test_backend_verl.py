@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 with warnings.catch_warnings():  # verl and Ray warn at import about their own dependencies
     warnings.simplefilter("ignore")
     import torch
+    from hydra.errors import InstantiationException
     from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
     from verl_support import (
@@ -220,6 +221,13 @@ async def test_the_raise_policy_fails_the_sample_so_verl_marks_its_group(fake_cl
     loop = build_loop({**LOOP_ENTRY, "experiment": EXP, "failure_policy": "raise"}, trainer_config(), tokenizer())
     with pytest.raises(RolloutFailedError, match="agent_error: boom"):
         await loop.run({}, **ROW)
+
+
+def test_drop_is_refused_with_the_legacy_trainer_which_needs_an_output_per_sample(fake_client):
+    fake_client(result())
+    entry = {**LOOP_ENTRY, "experiment": EXP, "failure_policy": "drop"}
+    with pytest.raises(InstantiationException, match="trainer.use_v1=true"):  # hydra wraps the ValueError
+        build_loop(entry, trainer_config(use_v1=False), tokenizer())
 
 
 async def test_a_placeholder_prompt_comes_from_the_chat_template(fake_client):

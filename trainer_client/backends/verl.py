@@ -80,11 +80,16 @@ class AgentCoreAgentLoop(AgentLoopBase):
         payload_fn: ``module.function`` mapping the dataset row to the payload (default :func:`default_payload`).
         model_id: ``_rollout.model_id`` (the name the agent asks the model for).
         region: AWS region of the descriptor (default: boto3's).
-        *args, **kwargs: what verl passes to every agent loop (config, server manager, tokenizer, ...).
+        trainer_config, *args, **kwargs: what verl passes to every agent loop (its config, server manager,
+            tokenizer, ...).
+
+    Raises:
+        ValueError: an unknown failure policy, or ``drop`` with the legacy trainer.
     """
 
     def __init__(
         self,
+        trainer_config: Any,
         *args: Any,
         experiment: str,
         rollout_timeout_s: float = DEFAULT_ROLLOUT_TIMEOUT_S,
@@ -94,14 +99,19 @@ class AgentCoreAgentLoop(AgentLoopBase):
         region: str | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(*args, **kwargs)
+        self.failure_policy = FailurePolicy(failure_policy)
+        self.multiple_rows = bool(trainer_config.config.trainer.get("use_v1", True))
+        if self.failure_policy is FailurePolicy.DROP and not self.multiple_rows:
+            raise ValueError(
+                "failure_policy 'drop' needs verl's V1 trainer (trainer.use_v1=true), which accepts a sample "
+                "without outputs; with the legacy trainer use zero_reward, mask or raise"
+            )
+        super().__init__(trainer_config, *args, **kwargs)
         self.client = shared_client(experiment, region=region, model_id=model_id)
         self.rollout_timeout_s = float(rollout_timeout_s)
-        self.failure_policy = FailurePolicy(failure_policy)
         self.payload_fn: Callable[[Mapping[str, Any]], Mapping[str, Any]] = (
             load_function(payload_fn, "payload_fn") if payload_fn else default_payload
         )
-        self.multiple_rows = bool(self.config.trainer.get("use_v1", True))
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
         """Run the row as one rollout in group ``kwargs["uid"]`` and return its outputs."""
