@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import sys
 import types
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -190,13 +191,14 @@ async def test_the_per_sample_hook_runs_one_rollout_and_leaves_a_missing_reward_
     (group,) = RolloutDataSource(
         args, [_prompt(("succeeded", "length", None), ("succeeded", "none", 1.0))]
     ).get_samples(1)
+    group[0].session_id = str(uuid.uuid4())  # slime's routing key, set before its hook runs
     thread = agents.serve_in_thread(1)
     sample = await backend_slime.generate(
         args, group[0], {"temperature": 1.0, "max_new_tokens": 8, "no_stop_trim": True}
     )
     thread.join(10)
     assert (sample.status, sample.reward, sample.tokens) == (Sample.Status.TRUNCATED, None, [5, 7, 7, 7])
-    assert agents.requests[0].input_id == "slime-group-0"
+    assert (agents.requests[0].input_id, agents.requests[0].session_id) == ("slime-group-0", group[0].session_id)
     assert agents.requests[0].rollout["sampling_params"] == {"temperature": 1.0, "max_tokens": 8}
 
 

@@ -185,13 +185,18 @@ def pad_sample(sample: Sample, pad_token_id: int) -> Sample:
 
 
 async def generate(args: Any, sample: Sample, sampling_params: dict[str, Any]) -> Sample:
-    """slime's per-sample hook: run ``sample`` as one rollout in GRPO group ``sample.group_index``."""
+    """slime's per-sample hook: run ``sample`` as one rollout in GRPO group ``sample.group_index``.
+
+    The rollout's session id is ``sample.session_id`` when slime set one (its routing key, a uuid4), so
+    slime's logs and ours name the same rollout.
+    """
     settings = SlimeSettings.from_args(args)
     outcome = await run_rollout(
         settings.client(),
         settings.payload(sample),
         f"slime-group-{sample.group_index}",
         settings.rollout_timeout_s,
+        session_id=sample.session_id,
         sampling_params=openai_sampling_params(sampling_params),
     )
     if not outcome.succeeded:
