@@ -1,7 +1,8 @@
 """The tiny policy network: a small causal transformer in PyTorch, and the two computations on it.
 
-- :func:`sample_completion`: what the policy server runs: one token at a time from the temperature-scaled,
-  top-p-filtered distribution, stopping at a stop id or ``max_tokens``. Each sampled token's reported
+- :func:`sample_batch`: what the policy server runs: one token at a time from the temperature-scaled,
+  top-p-filtered distribution, stopping at a stop id or ``max_tokens``, for every request that arrived
+  together in one forward pass per position. Each sampled token's reported
   logprob is ``log_softmax(logits / T)`` at that token (temperature-scaled, before top-p filtering: the
   quantity a trainer recomputes; at ``top_p = 1`` it is exactly the sampling distribution; ``T = 0`` is
   greedy and reports ``log_softmax(logits)``).
@@ -14,6 +15,7 @@ and nothing here imports it at module import time except through that function.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +24,15 @@ from local_stack.tiny_policy.chat_template import VOCAB_SIZE
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["PolicyConfig", "build_model", "require_torch", "sample_completion", "sequence_logprobs"]
+__all__ = [
+    "PolicyConfig",
+    "SampledTokens",
+    "SamplingRequest",
+    "build_model",
+    "require_torch",
+    "sample_batch",
+    "sequence_logprobs",
+]
 
 
 def require_torch() -> Any:
@@ -89,43 +99,70 @@ def sequence_logprobs(model: torch.nn.Module, ids: torch.Tensor, temperature: fl
     return torch.log_softmax(logits, dim=-1).gather(2, ids[:, 1:].unsqueeze(2)).squeeze(2)
 
 
-def sample_completion(
-    model: torch.nn.Module,
-    prompt_ids: list[int],
-    *,
-    max_tokens: int,
-    stop_ids: frozenset[int],
-    temperature: float,
-    top_p: float,
-    generator: torch.Generator,
-) -> tuple[list[int], list[float], bool]:
-    """Sample up to ``max_tokens`` tokens after ``prompt_ids``.
+@dataclass(frozen=True)
+class SamplingRequest:
+    """One completion to sample: the prompt, when to stop, and how to draw."""
 
-    Returns:
-        (token ids, their logprobs as :func:`sequence_logprobs` computes them, whether a stop id ended it).
+    prompt_ids: list[int]
+    max_tokens: int
+    stop_ids: frozenset[int]
+    temperature: float
+    top_p: float
+    generator: torch.Generator
+
+
+@dataclass
+class SampledTokens:
+    """A sampled completion: token ids, their logprobs (as :func:`sequence_logprobs` computes them), and
+    whether a stop id ended it."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    stopped: bool = False
+
+
+def sample_batch(model: torch.nn.Module, requests: Sequence[SamplingRequest]) -> list[SampledTokens]:
+    """Sample every request together: one forward pass per token position for all unfinished rows.
+
+    Rows are right-padded, so padding never changes a row's logits (causal attention, absolute positions
+    unshifted); each row draws from its own generator, so a seeded request gives the same tokens alone or
+    in a batch.
+
+    Raises:
+        ValueError: a prompt leaves no room in ``max_seq_len`` (nothing is sampled then).
     """
     torch = require_torch()
-    scale = temperature if temperature > 0 else 1.0
-    ids = list(prompt_ids)
-    tokens: list[int] = []
-    logprobs: list[float] = []
-    room = model.config.max_seq_len - len(ids)
-    if room < 1:
-        raise ValueError(f"the prompt has {len(ids)} tokens; this model reads at most {model.config.max_seq_len}")
+    limit = model.config.max_seq_len
+    for request in requests:
+        if len(request.prompt_ids) >= limit:
+            raise ValueError(f"the prompt has {len(request.prompt_ids)} tokens; this model reads at most {limit - 1}")
+    rows = [list(request.prompt_ids) for request in requests]
+    results = [SampledTokens([], []) for _ in requests]
+    budgets = [min(request.max_tokens, limit - len(row)) for request, row in zip(requests, rows, strict=True)]
+    active = [index for index, budget in enumerate(budgets) if budget > 0]
     with torch.no_grad():
-        for _ in range(min(max_tokens, room)):
-            logits = model(torch.tensor([ids]))[0, -1].float()
-            log_probs = torch.log_softmax(logits / scale, dim=-1)
-            if temperature <= 0:
-                token = int(torch.argmax(log_probs))
-            else:
-                token = _draw(log_probs, top_p, generator)
-            tokens.append(token)
-            logprobs.append(float(log_probs[token]))
-            ids.append(token)
-            if token in stop_ids:
-                return tokens, logprobs, True
-    return tokens, logprobs, False
+        while active:
+            ids = torch.zeros((len(active), max(len(rows[index]) for index in active)), dtype=torch.long)
+            for position, index in enumerate(active):
+                ids[position, : len(rows[index])] = torch.tensor(rows[index])
+            logits = model(ids).float()
+            still = []
+            for position, index in enumerate(active):
+                request, result = requests[index], results[index]
+                scale = request.temperature if request.temperature > 0 else 1.0
+                log_probs = torch.log_softmax(logits[position, len(rows[index]) - 1] / scale, dim=-1)
+                if request.temperature <= 0:
+                    token = int(torch.argmax(log_probs))
+                else:
+                    token = _draw(log_probs, request.top_p, request.generator)
+                result.token_ids.append(token)
+                result.logprobs.append(float(log_probs[token]))
+                rows[index].append(token)
+                result.stopped = token in request.stop_ids
+                if not result.stopped and len(result.token_ids) < budgets[index]:
+                    still.append(index)
+            active = still
+    return results
 
 
 def _draw(log_probs: torch.Tensor, top_p: float, generator: torch.Generator) -> int:

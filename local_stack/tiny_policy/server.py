@@ -2,8 +2,11 @@
 
 :class:`TransformerPolicy` is a :class:`~local_stack.model_endpoint.app.ChatPolicy`: the endpoint's routes,
 validation, streaming and vLLM token fields are the stand-in's; this class samples the turn from
-the network (:func:`~local_stack.tiny_policy.model.sample_completion`) and adds ``weight_version`` to
-every response (and every streamed chunk).
+the network and adds ``weight_version`` to every response (and every streamed chunk).
+
+Batching: requests wait in a queue; one worker thread takes every request waiting (up to
+:data:`MAX_BATCH`) and samples them together (:func:`~local_stack.tiny_policy.model.sample_batch`, one
+forward pass per token position for the whole batch), as vLLM batches concurrent requests.
 
 Sampling parameters: ``temperature`` (0 is greedy), ``top_p``, ``max_tokens`` (default
 :data:`DEFAULT_MAX_TOKENS`), ``seed`` (the request's draws come from ``torch.Generator().manual_seed(seed)``;
@@ -13,17 +16,20 @@ Weights: ``GET /v1/weights`` returns ``{"weight_version", "config"}`` (the confi
 :class:`~local_stack.tiny_policy.model.PolicyConfig`); ``POST /v1/weights`` loads a ``state_dict`` saved with
 ``torch.save``, either from a file (JSON ``{"path": "...", "version": N}``) or as the request body
 (``Content-Type: application/octet-stream``, ``?version=N``). ``version`` defaults to the current one
-plus 1. Requests are served one at a time, and a load waits for the running request, so a response's
+plus 1. A load waits for the running batch and the next batch waits for the load, so a response's
 logprobs and its ``weight_version`` always belong together.
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
+import queue
 import threading
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +42,20 @@ from local_stack.model_endpoint.app import ChatRequest, Completion, InvalidReque
 from local_stack.model_endpoint.policy import Part, Sampled, ToolCall, Turn
 from local_stack.model_endpoint.tokenizer import Token
 from local_stack.tiny_policy.chat_template import ChatTokenizer, VocabularyError, tool_names
-from local_stack.tiny_policy.model import PolicyConfig, build_model, require_torch, sample_completion
+from local_stack.tiny_policy.model import (
+    PolicyConfig,
+    SampledTokens,
+    SamplingRequest,
+    build_model,
+    require_torch,
+    sample_batch,
+)
 
-__all__ = ["DEFAULT_MAX_TOKENS", "TransformerPolicy"]
+__all__ = ["DEFAULT_MAX_TOKENS", "MAX_BATCH", "TransformerPolicy"]
 
 DEFAULT_MAX_TOKENS = 16
+#: Requests sampled together at most.
+MAX_BATCH = 64
 
 
 class TransformerPolicy:
@@ -55,42 +70,64 @@ class TransformerPolicy:
         self.weight_version = 0
         self._lock = threading.Lock()
         self._generator = self._torch.Generator().manual_seed(seed)
+        self._pending: queue.SimpleQueue[tuple[SamplingRequest, Future[tuple[SampledTokens, int]]]] = (
+            queue.SimpleQueue()
+        )
         if weights is not None:
             self.load_weights(weights.read_bytes(), version=0)
+        threading.Thread(target=self._serve_batches, name="tiny-policy-batches", daemon=True).start()
 
     async def complete(self, request: ChatRequest) -> Completion:
-        """Sample the next assistant turn (in a worker thread: the event loop stays free)."""
-        return await run_in_threadpool(self._complete, request)
-
-    def _complete(self, request: ChatRequest) -> Completion:
+        """Queue the request for the next batch and wait for its turn (the event loop stays free)."""
         tool = _called_tool(request)
         try:
             prompt_ids = self.tokenizer.render_prompt(request.messages, request.tools)
         except VocabularyError as exc:
             raise InvalidRequestError(str(exc), "messages") from exc
-        stop_ids = self.tokenizer.stop_ids if tool else frozenset({self.tokenizer.im_end_id})
-        with self._lock:
-            generator = (
-                self._torch.Generator().manual_seed(request.seed) if request.seed is not None else self._generator
+        if len(prompt_ids) >= self.config.max_seq_len:
+            raise InvalidRequestError(
+                f"the prompt has {len(prompt_ids)} tokens; this model reads at most {self.config.max_seq_len - 1}",
+                "messages",
             )
-            try:
-                ids, logprobs, stopped = sample_completion(
-                    self.model,
-                    prompt_ids,
-                    max_tokens=request.max_tokens or DEFAULT_MAX_TOKENS,
-                    stop_ids=stop_ids,
-                    temperature=request.temperature,
-                    top_p=request.top_p,
-                    generator=generator,
-                )
-            except ValueError as exc:
-                raise InvalidRequestError(str(exc), "messages") from exc
-            version = self.weight_version
-        return Completion(prompt_ids, self._turn(ids, logprobs, stopped, tool), {"weight_version": version})
+        sampling = SamplingRequest(
+            prompt_ids=prompt_ids,
+            max_tokens=request.max_tokens or DEFAULT_MAX_TOKENS,
+            stop_ids=self.tokenizer.stop_ids if tool else frozenset({self.tokenizer.im_end_id}),
+            temperature=request.temperature,
+            top_p=request.top_p,
+            generator=(
+                self._torch.Generator().manual_seed(request.seed) if request.seed is not None else self._generator
+            ),
+        )
+        done: Future[tuple[SampledTokens, int]] = Future()
+        self._pending.put((sampling, done))
+        sampled, version = await asyncio.wrap_future(done)
+        return Completion(prompt_ids, self._turn(sampled, tool), {"weight_version": version})
 
-    def _turn(self, ids: list[int], logprobs: list[float], stopped: bool, tool: str | None) -> Turn:
-        sampled = [Sampled(Token(i, self.tokenizer.piece(i)), lp) for i, lp in zip(ids, logprobs, strict=True)]
-        body, end = (sampled[:-1], sampled[-1:]) if stopped else (sampled, [])
+    def _serve_batches(self) -> None:
+        """The worker thread: take every waiting request, sample them together, answer each."""
+        while True:
+            batch = [self._pending.get()]
+            while len(batch) < MAX_BATCH:
+                try:
+                    batch.append(self._pending.get_nowait())
+                except queue.Empty:
+                    break
+            try:
+                with self._lock:
+                    results = sample_batch(self.model, [request for request, _ in batch])
+                    version = self.weight_version
+            except Exception as exc:  # every request of the batch gets the error
+                for _, done in batch:
+                    done.set_exception(exc)
+                continue
+            for (_, done), sampled in zip(batch, results, strict=True):
+                done.set_result((sampled, version))
+
+    def _turn(self, sampled: SampledTokens, tool: str | None) -> Turn:
+        ids, stopped = sampled.token_ids, sampled.stopped
+        tokens = [Sampled(Token(i, self.tokenizer.piece(i)), lp) for i, lp in zip(ids, sampled.logprobs, strict=True)]
+        body, end = (tokens[:-1], tokens[-1:]) if stopped else (tokens, [])
         text = Part("text", "".join(s.token.text for s in body), body)
         if not (stopped and ids[-1] == self.tokenizer.tool_call_id):
             return Turn([text, Part("end", "", end)], None, "stop" if stopped else "length")

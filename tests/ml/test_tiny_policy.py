@@ -18,7 +18,14 @@ from starlette.testclient import TestClient  # noqa: E402
 from examples.grpo_local.checks import LOGPROB_TOLERANCE, BatchChecks, TrainingRow  # noqa: E402
 from examples.grpo_local.task import LOOKUP_TOOL  # noqa: E402
 from local_stack.model_endpoint import EndpointSettings, create_app  # noqa: E402
-from local_stack.tiny_policy import ChatTokenizer, PolicyConfig, build_model, sequence_logprobs  # noqa: E402
+from local_stack.tiny_policy import (  # noqa: E402
+    ChatTokenizer,
+    PolicyConfig,
+    SamplingRequest,
+    build_model,
+    sample_batch,
+    sequence_logprobs,
+)
 from trainer_client import TokenTrace  # noqa: E402
 
 TOKENIZER = ChatTokenizer()
@@ -189,3 +196,18 @@ def test_bad_requests_get_clear_errors(client):
     assert two_tools.status_code == 400 and "one tool" in two_tools.json()["error"]["message"]
     bad_weights = client.post("/v1/weights", json={"path": "/nonexistent/weights.pt"})
     assert bad_weights.status_code == 400 and "could not load" in bad_weights.json()["error"]["message"]
+
+
+def test_a_batch_samples_what_each_request_samples_alone():
+    model = build_model(PolicyConfig(seed=2))
+
+    def request(prompt, seed):
+        generator = torch.Generator().manual_seed(seed)
+        return SamplingRequest(prompt, 6, frozenset({TOKENIZER.im_end_id}), 1.0, 1.0, generator)
+
+    prompts = [TOKENIZER.encode("short"), TOKENIZER.encode("a much longer prompt than the other")]
+    alone = [sample_batch(model, [request(prompt, seed)])[0] for seed, prompt in enumerate(prompts)]
+    together = sample_batch(model, [request(prompt, seed) for seed, prompt in enumerate(prompts)])
+    for one, batched in zip(alone, together, strict=True):
+        assert one.token_ids == batched.token_ids
+        assert one.logprobs == pytest.approx(batched.logprobs, abs=1e-5)
