@@ -67,7 +67,7 @@ class TrainSettings:
     max_tokens: int = 8
     seed: int = 0
     timeout_s: float = 60.0
-    run_dir: Path = Path(".local-stack-grpo")
+    run_dir: Path = Path(".local-stack") / "grpo-local"
     output_dir: Path | None = None
 
 
