@@ -131,7 +131,8 @@ def assemble_rows(
         if call.logprobs is not None and len(call.logprobs) != len(call.completion_token_ids):
             raise TraceMismatchError(
                 f"call {index} has {len(call.logprobs)} logprobs for {len(call.completion_token_ids)} completion "
-                "tokens; the gateway must record one logprob per sampled token (choice 0)"
+                "tokens; training needs one logprob per sampled token id: serve the policy with a server that "
+                "returns token ids and logprobs (vLLM >= 0.10.2 with return_token_ids) behind the token gateway"
             )
         if row is None or not is_prefix(row.prompt_ids + row.response_ids, call.prompt_token_ids):
             row = TokenRow(prompt_ids=list(call.prompt_token_ids))
