@@ -140,7 +140,7 @@ def dispatch(request: DispatchRequest, *, receive_count: int, rt: Runtime) -> Di
         return _fail(request, _payload_error(request, exc), rt, dispatched_at=None)
     owner = uuid.uuid4().hex
     _admit(request, record, owner=owner, now=now, receive_count=receive_count, rt=rt)
-    return _invoke(request, payload, owner=owner, deadline_at=request.run_deadline(now), rt=rt)
+    return _invoke(request, payload, owner=owner, rt=rt)
 
 
 def _record(request: DispatchRequest, receive_count: int, rt: Runtime) -> Recorded:
@@ -180,16 +180,15 @@ def _admit(
     logger.warning("took over a rollout whose dispatcher stopped", extra={"session_id": request.session_id})
 
 
-def _invoke(
-    request: DispatchRequest, payload: dict[str, Any], *, owner: str, deadline_at: float, rt: Runtime
-) -> DispatchOutcome:
-    """Invoke an admitted rollout in a reserved TPS slot and record the outcome; its deadline is ``deadline_at``."""
+def _invoke(request: DispatchRequest, payload: dict[str, Any], *, owner: str, rt: Runtime) -> DispatchOutcome:
+    """Invoke an admitted rollout in a reserved TPS slot and record the outcome; its timeout runs from now."""
     ledger, session_id = rt.ledger, request.session_id
     try:
         slot_start = rt.acr.reserve_invoke()
     except NoTokenError as exc:
-        ledger.release_to_queued(session_id, owner=owner)
+        ledger.release_to_queued(session_id, owner=owner, deadline_at=request.deadline_at)
         raise RequeueError("invoke budget reserved beyond the invoke horizon", exc.retry_after_s) from exc
+    deadline_at = request.run_deadline(rt.clock())
     attempts = ledger.mark_invoking(session_id, owner=owner, dispatched_at=slot_start, deadline_at=deadline_at)
     if attempts is None:
         raise RequeueError("another dispatcher took the rollout over", RACE_DELAY_S)
@@ -200,7 +199,7 @@ def _invoke(
     try:
         rt.acr.invoke(session_id, rt.acr.encode(invoke_payload), slot_start=slot_start)
     except NoTokenError as exc:
-        ledger.release_to_queued(session_id, owner=owner)
+        ledger.release_to_queued(session_id, owner=owner, deadline_at=request.deadline_at)
         raise RequeueError("invoke slot missed and none free within the allowed wait", exc.retry_after_s) from exc
     except AcrCallError as exc:
         return _invoke_failed(request, exc, attempts=attempts, owner=owner, slot_start=slot_start, rt=rt)
@@ -236,7 +235,7 @@ def _invoke_failed(
         logger.error("invoke attempts exhausted", extra=log_fields)
         exhausted = ErrorInfo(type=exc.code, message=f"{error.message} (attempt {attempts}, no retries left)")
         return _fail(request, exhausted, rt, dispatched_at=slot_start)
-    rt.ledger.release_to_queued(request.session_id, owner=owner)
+    rt.ledger.release_to_queued(request.session_id, owner=owner, deadline_at=request.deadline_at)
     logger.warning("invoke failed, will retry", extra=log_fields)
     raise RequeueError(f"InvokeAgentRuntime returned {exc.code}", retry_delay_s(attempts)) from exc
 

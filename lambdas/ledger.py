@@ -331,21 +331,27 @@ class Ledger:
             },
         )
 
-    def release_to_queued(self, session_id: str, *, owner: str) -> bool:
-        """Put an ``admitted`` rollout back to ``queued`` and free its slot; ``False`` if ``owner`` lost it."""
+    def release_to_queued(self, session_id: str, *, owner: str, deadline_at: float) -> bool:
+        """Put an ``admitted`` rollout back to ``queued`` and free its slot; ``False`` if ``owner`` lost it.
+
+        ``deadline_at`` replaces the deadline an invoke attempt set (start + timeout): the rollout did not
+        start, so until the next attempt its deadline is the latest one (start limit + timeout).
+        """
         session_update = {
             "TableName": self._sessions,
             "Key": _key(session_id),
-            "UpdateExpression": "SET #state = :queued REMOVE #inflight, #owner, #lease",
+            "UpdateExpression": "SET #state = :queued, #deadline = :deadline REMOVE #inflight, #owner, #lease",
             "ConditionExpression": "#state = :admitted AND #owner = :owner AND attribute_exists(#inflight)",
             "ExpressionAttributeNames": {
                 "#state": ATTR_STATE,
+                "#deadline": ATTR_DEADLINE_AT,
                 "#inflight": ATTR_INFLIGHT,
                 "#owner": ATTR_LEASE_OWNER,
                 "#lease": ATTR_LEASE_UNTIL,
             },
             "ExpressionAttributeValues": {
                 ":queued": _s(SessionState.QUEUED),
+                ":deadline": _n(deadline_at),
                 ":admitted": _s(SessionState.ADMITTED),
                 ":owner": _s(owner),
             },

@@ -145,6 +145,8 @@ def test_retryable_invoke_error_requeues_the_message_and_frees_the_slot(env: Env
     assert env.receive(env.dispatch_queue_url) == []
     record = env.rt.ledger.get(request.session_id)
     assert (record.state, record.attempts, record.inflight) == (SessionState.QUEUED, 1, False)
+    # AND its deadline is the latest again: the attempt's (start + timeout) must not end it while it waits
+    assert record.deadline_at == request.deadline_at
     assert env.rt.ledger.slots_held() == (0, 0)
     assert not env.rt.store.exists(request.key)
 
