@@ -24,8 +24,9 @@ At the end every session id in the journal is accounted for: ``terminal_at_train
 result line in ``results.jsonl``, ``lost`` how many do not, ``duplicated`` how many have more than one
 result line or more than one stored result object. One JSON line is printed: ``submitted``,
 ``terminal_at_trainer``, ``lost``, ``duplicated``, ``by_status``, ``time_to_last_s`` (first submit to
-last result), ``wall_s`` (including the stack's start), ``faults_fired``. The exit status is 0 only if
-``lost == 0 and duplicated == 0``.
+last result), ``wall_s`` (including the stack's start), ``faults_fired`` (and ``gave_up_after_s`` when
+``--max-wait-s`` ran out first: the rollouts without a result were then still running). The exit status
+is 0 only if ``lost == 0 and duplicated == 0``.
 
 Run: ``.venv/bin/python benchmarks/soak_bench.py [--quick] [--rollouts 5000] [--seed 7] [--concurrency 48]``.
 Logs, journal and results under ``.local-stack/soak/``.
@@ -278,6 +279,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         soak.start_trainer(resume=False, pause_at=int(args.rollouts * soak.rng.uniform(0.15, 0.25)))
         mid_collect_done = False
         limit = time.monotonic() + args.max_wait_s
+        complete = False
         while time.monotonic() < limit:
             trainer = soak.trainer
             assert trainer is not None
@@ -295,6 +297,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 mid_collect_done = True
             if trainer.poll() is not None and soak.trainer is trainer:
                 if trainer.returncode == 0 and not steps and mid_collect_done:
+                    complete = True
                     break
                 if trainer.returncode != 0:
                     print(f"soak: trainer exited {trainer.returncode}; resuming it", file=sys.stderr)
@@ -306,6 +309,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         stored = _stored_result_counts(stack)
         report = account(work, stored, first_submit)
         report["faults_fired"] = dict(sorted(soak.faults.items()))
+        if not complete:
+            report["gave_up_after_s"] = args.max_wait_s  # the rest was still running: not a loss measurement
     report["wall_s"] = round(time.monotonic() - started, 1)
     return report
 
