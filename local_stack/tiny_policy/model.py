@@ -1,11 +1,11 @@
 """The tiny policy network: a small causal transformer in PyTorch, and the two computations on it.
 
 - :func:`sample_batch`: what the policy server runs: one token at a time from the temperature-scaled,
-  top-p-filtered distribution, stopping at a stop id or ``max_tokens``, for every request that arrived
-  together in one forward pass per position. Each sampled token's reported
-  logprob is ``log_softmax(logits / T)`` at that token (temperature-scaled, before top-p filtering: the
-  quantity a trainer recomputes; at ``top_p = 1`` it is exactly the sampling distribution; ``T = 0`` is
-  greedy and reports ``log_softmax(logits)``).
+  top-p-filtered distribution, stopping at a stop id or ``max_tokens``, for all requests that arrived
+  together, one forward pass per position. Each sampled token's reported logprob is
+  ``log_softmax(logits / T)`` at that token (temperature-scaled, before top-p filtering: the quantity a
+  trainer recomputes; at ``top_p = 1`` it is exactly the sampling distribution; ``T = 0`` is greedy and
+  reports ``log_softmax(logits)``).
 - :func:`sequence_logprobs`: what a trainer runs: the same quantity for every token of whole sequences in
   one forward pass, with gradients.
 
@@ -114,7 +114,8 @@ class SamplingRequest:
 @dataclass
 class SampledTokens:
     """A sampled completion: token ids, their logprobs (as :func:`sequence_logprobs` computes them), and
-    whether a stop id ended it."""
+    whether a stop id ended it.
+    """
 
     token_ids: list[int]
     logprobs: list[float]

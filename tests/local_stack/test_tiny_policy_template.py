@@ -44,3 +44,12 @@ def test_each_turn_extends_the_previous_prompt_and_completion_token_for_token():
 def test_the_transformer_policy_without_pytorch_says_to_run_make_ml_env():
     with pytest.raises(ValueError, match="make ml-env"):
         EndpointSettings(policy="transformer")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="PyTorch is installed here")
+def test_rollouts_local_up_with_the_transformer_policy_without_pytorch_starts_nothing(tmp_path, capsys):
+    from trainer_client._cli import main
+
+    assert main(["local", "up", "--policy", "transformer", "--run-dir", str(tmp_path)]) == 2
+    assert "make ml-env" in capsys.readouterr().err
+    assert not (tmp_path / "state.json").exists()
