@@ -274,43 +274,50 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for name, value in stack.env.items():
             os.environ[name] = value
         soak = Soak(stack, args, work, rng=random.Random(args.seed))
-        steps = schedule(soak)
-        first_submit = time.time()
-        soak.start_trainer(resume=False, pause_at=int(args.rollouts * soak.rng.uniform(0.15, 0.25)))
-        mid_collect_done = False
-        limit = time.monotonic() + args.max_wait_s
-        complete = False
-        while time.monotonic() < limit:
-            trainer = soak.trainer
-            assert trainer is not None
-            if (work / PAUSED_MARKER).exists() and not soak.faults["trainer_killed_mid_submit"]:
-                soak.kill_trainer("trainer_killed_mid_submit")
-            fraction = len(soak.results()) / args.rollouts
-            while steps and fraction >= steps[0][0]:
-                _, name, action = steps.pop(0)
-                try:
-                    action()
-                except Exception as exc:  # noqa: BLE001 - a fault that cannot fire is reported, not fatal
-                    print(f"soak: fault {name} could not fire: {exc!r}", file=sys.stderr)
-            if not mid_collect_done and soak.journaled() >= args.rollouts and fraction >= 0.7:
-                soak.kill_trainer("trainer_killed_mid_collect")
-                mid_collect_done = True
-            if trainer.poll() is not None and soak.trainer is trainer:
-                if trainer.returncode == 0 and not steps and mid_collect_done:
-                    complete = True
-                    break
-                if trainer.returncode != 0:
-                    print(f"soak: trainer exited {trainer.returncode}; resuming it", file=sys.stderr)
-                soak.start_trainer(resume=True)
-            time.sleep(0.5)
-        if soak.trainer is not None and soak.trainer.poll() is None:
-            soak.trainer.kill()
-            soak.trainer.wait()
-        stored = _stored_result_counts(stack)
-        report = account(work, stored, first_submit)
-        report["faults_fired"] = dict(sorted(soak.faults.items()))
-        if not complete:
-            report["gave_up_after_s"] = args.max_wait_s  # the rest was still running: not a loss measurement
+        try:
+            return _soak(soak, stack, args, work, started)
+        finally:
+            if soak.trainer is not None and soak.trainer.poll() is None:
+                soak.trainer.kill()
+                soak.trainer.wait()
+
+
+def _soak(soak: Soak, stack: LocalStack, args: argparse.Namespace, work: Path, started: float) -> dict[str, Any]:
+    """Run the trainer under the schedule until every rollout has a result (or time runs out); report."""
+    steps = schedule(soak)
+    first_submit = time.time()
+    soak.start_trainer(resume=False, pause_at=int(args.rollouts * soak.rng.uniform(0.15, 0.25)))
+    mid_collect_done = False
+    limit = time.monotonic() + args.max_wait_s
+    complete = False
+    while time.monotonic() < limit:
+        trainer = soak.trainer
+        assert trainer is not None
+        if (work / PAUSED_MARKER).exists() and not soak.faults["trainer_killed_mid_submit"]:
+            soak.kill_trainer("trainer_killed_mid_submit")
+        fraction = len(soak.results()) / args.rollouts
+        while steps and fraction >= steps[0][0]:
+            _, name, action = steps.pop(0)
+            try:
+                action()
+            except Exception as exc:  # noqa: BLE001 - a fault that cannot fire is reported, not fatal
+                print(f"soak: fault {name} could not fire: {exc!r}", file=sys.stderr)
+        if not mid_collect_done and soak.journaled() >= args.rollouts and fraction >= 0.7:
+            soak.kill_trainer("trainer_killed_mid_collect")
+            mid_collect_done = True
+        if trainer.poll() is not None and soak.trainer is trainer:
+            if trainer.returncode == 0 and not steps and mid_collect_done:
+                complete = True
+                break
+            if trainer.returncode != 0:
+                print(f"soak: trainer exited {trainer.returncode}; resuming it", file=sys.stderr)
+            soak.start_trainer(resume=True)
+        time.sleep(0.5)
+    stored = _stored_result_counts(stack)
+    report = account(work, stored, first_submit)
+    report["faults_fired"] = dict(sorted(soak.faults.items()))
+    if not complete:
+        report["gave_up_after_s"] = args.max_wait_s  # the rest was still running: not a loss measurement
     report["wall_s"] = round(time.monotonic() - started, 1)
     return report
 
@@ -371,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
         return run_trainer(args)
     if args.max_wait_s is None:
         args.max_wait_s = args.rollouts + 900.0
+    # Stop the stack and the trainer on SIGTERM, and on Ctrl-C even when started in the background.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     report = run(args)
     print(json.dumps(report))
     return 0 if report["lost"] == 0 and report["duplicated"] == 0 else 1
