@@ -55,7 +55,9 @@ class FakeSqs:
             self.events.append((session_id, body))
             self.cond.notify()
 
-    def receive_message(self, QueueUrl: str, MaxNumberOfMessages: int, WaitTimeSeconds: int) -> dict[str, Any]:
+    def receive_message(
+        self, QueueUrl: str, MaxNumberOfMessages: int, WaitTimeSeconds: int, **_attributes: Any
+    ) -> dict[str, Any]:
         with self.cond:
             self.cond.wait_for(lambda: self.events, timeout=WaitTimeSeconds)
             batch = [self.events.popleft() for _ in range(min(MaxNumberOfMessages, len(self.events)))]

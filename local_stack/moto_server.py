@@ -1,7 +1,8 @@
 """The moto server process: S3, EventBridge, SQS, DynamoDB and SSM on 127.0.0.1, no AWS account.
 
 Clients in child processes find it through ``AWS_ENDPOINT_URL`` and ``AWS_ENDPOINT_URL_<SERVICE>`` (see
-:func:`aws_env`); the ACR data plane (``bedrock-agentcore``) points at the emulator instead.
+:func:`aws_env`); the ACR data and control planes (``bedrock-agentcore``, ``bedrock-agentcore-control``)
+point at the emulator instead.
 """
 
 from __future__ import annotations
@@ -9,17 +10,21 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
 
 from local_stack._process import LOCALHOST, ManagedProcess, free_port, http_ready
 
 __all__ = [
     "DUMMY_CREDENTIALS",
+    "EMULATOR_SERVICES",
     "LOCAL_ACCOUNT_ID",
     "LOCAL_REGION",
     "MOTO_SERVICES",
     "aws_env",
     "endpoints_for",
     "moto_process",
+    "report_eventbridge_switch",
 ]
 
 LOCAL_REGION = "us-east-1"
@@ -35,8 +40,11 @@ MOTO_SERVICES: Mapping[str, str] = {
     "logs": "CLOUDWATCH_LOGS",
     "sts": "STS",
 }
-AGENTCORE_SERVICE = "bedrock-agentcore"
-AGENTCORE_ENV_SUFFIX = "BEDROCK_AGENTCORE"
+#: boto3 service names the ACR emulator serves (data plane, and the control plane's ``GetAgentRuntime``).
+EMULATOR_SERVICES: Mapping[str, str] = {
+    "bedrock-agentcore": "BEDROCK_AGENTCORE",
+    "bedrock-agentcore-control": "BEDROCK_AGENTCORE_CONTROL",
+}
 # Dummy credentials: moto accepts any, and they keep boto3 from looking for real ones.
 DUMMY_CREDENTIALS: Mapping[str, str] = {"AWS_ACCESS_KEY_ID": "local-stack", "AWS_SECRET_ACCESS_KEY": "local-stack"}
 
@@ -45,36 +53,73 @@ def endpoints_for(moto_url: str, emulator_url: str | None = None) -> dict[str, s
     """Map boto3 service names to local endpoint URLs (the descriptor's ``endpoints``)."""
     endpoints = dict.fromkeys(MOTO_SERVICES, moto_url)
     if emulator_url:
-        endpoints[AGENTCORE_SERVICE] = emulator_url
+        endpoints.update(dict.fromkeys(EMULATOR_SERVICES, emulator_url))
     return endpoints
 
 
 def aws_env(moto_url: str, emulator_url: str | None = None) -> dict[str, str]:
     """Environment that points boto3 at the local stack: endpoints, dummy credentials, region.
 
-    ``AWS_ENDPOINT_URL`` catches every service not listed; ``bedrock-agentcore`` goes to the emulator.
+    ``AWS_ENDPOINT_URL`` catches every service not listed; ``bedrock-agentcore`` and
+    ``bedrock-agentcore-control`` go to the emulator.
     """
     env = {"AWS_ENDPOINT_URL": moto_url, "AWS_REGION": LOCAL_REGION, "AWS_DEFAULT_REGION": LOCAL_REGION}
     env.update(DUMMY_CREDENTIALS)
     for service, url in endpoints_for(moto_url, emulator_url).items():
-        suffix = AGENTCORE_ENV_SUFFIX if service == AGENTCORE_SERVICE else MOTO_SERVICES[service]
-        env[f"AWS_ENDPOINT_URL_{suffix}"] = url
+        env[f"AWS_ENDPOINT_URL_{MOTO_SERVICES.get(service) or EMULATOR_SERVICES[service]}"] = url
     return env
 
 
 def moto_process(log_path: Path, base_env: Mapping[str, str], *, port: int | None = None) -> ManagedProcess:
     """Describe a ``moto_server`` child on 127.0.0.1 (a free port unless ``port`` is given).
 
-    The server's account id is :data:`LOCAL_ACCOUNT_ID`, so queue and rule ARNs match the emulator's.
+    The server's account id is :data:`LOCAL_ACCOUNT_ID`, so queue and rule ARNs match the emulator's. It is
+    moto's own server, started through this module's ``__main__`` so that :func:`report_eventbridge_switch`
+    applies.
     """
     port = port or free_port()
     url = f"http://{LOCALHOST}:{port}"
     env = {**base_env, "MOTO_ACCOUNT_ID": LOCAL_ACCOUNT_ID, "AWS_DEFAULT_REGION": LOCAL_REGION}
     return ManagedProcess(
         name="moto",
-        argv=[sys.executable, "-m", "moto.server", "-H", LOCALHOST, "-p", str(port)],
+        argv=[sys.executable, "-m", "local_stack.moto_server", "-H", LOCALHOST, "-p", str(port)],
         log_path=log_path,
         env=env,
         url=url,
         ready=http_ready(f"{url}/moto-api/"),
     )
+
+
+def report_eventbridge_switch() -> None:
+    """Make moto's ``GetBucketNotificationConfiguration`` report a bucket's EventBridge switch, as S3 does.
+
+    moto 5.2 stores ``EventBridgeConfiguration`` and emits events for it, but leaves it out of the answer,
+    so ``rollouts doctor`` could not see the switch it checks in AWS. This adds the element to moto's
+    response when the bucket has it; everything else is moto's own answer.
+    """
+    from moto.s3.responses import S3Response
+
+    answer = S3Response.get_bucket_notification
+    if getattr(answer, "reports_eventbridge", False):
+        return
+
+    def get_bucket_notification(self: Any) -> Any:
+        status, headers, body = answer(self)
+        configuration = self.backend.get_bucket_notification_configuration(self.bucket_name)
+        if status != 200 or configuration is None or configuration.event_bridge is None:
+            return status, headers, body
+        root = ElementTree.fromstring(body)
+        namespace = root.tag.partition("}")[0] + "}" if root.tag.startswith("{") else ""
+        root.tag = f"{namespace}NotificationConfiguration"
+        ElementTree.SubElement(root, f"{namespace}EventBridgeConfiguration")
+        return status, headers, ElementTree.tostring(root, encoding="unicode", xml_declaration=True)
+
+    get_bucket_notification.reports_eventbridge = True  # type: ignore[attr-defined]
+    S3Response.get_bucket_notification = get_bucket_notification
+
+
+if __name__ == "__main__":
+    from moto.server import main
+
+    report_eventbridge_switch()
+    main()

@@ -20,7 +20,9 @@ from local_stack.moto_server import DUMMY_CREDENTIALS, LOCAL_REGION
 from rollout_contract.resources import (
     BUDGET_TABLE,
     DLQ_RETENTION_S,
+    FUNCTION_ROLES,
     LOCAL_RESULTS_BUCKET,
+    PROJECT,
     ExperimentDescriptor,
     ExperimentResources,
     QueueSpec,
@@ -28,7 +30,7 @@ from rollout_contract.resources import (
     result_event_pattern,
 )
 
-__all__ = ["AwsClients", "ProvisionedExperiment", "provision_experiment", "provision_shared"]
+__all__ = ["AwsClients", "ProvisionedExperiment", "local_function_name", "provision_experiment", "provision_shared"]
 
 COMPLETION_TARGET_ID = "completion-queue"
 FINISHER_TARGET_ID = "finisher-queue"
@@ -62,6 +64,11 @@ class ProvisionedExperiment:
 
     descriptor: ExperimentDescriptor
     finisher_queue_url: str
+
+
+def local_function_name(exp_id: str, role: str) -> str:
+    """Name of experiment ``exp_id``'s ``role`` function as the local worker plays it (and its metrics name it)."""
+    return f"{PROJECT}-{exp_id}-{role}"
 
 
 def provision_shared(clients: AwsClients, *, bucket: str = LOCAL_RESULTS_BUCKET) -> None:
@@ -114,6 +121,7 @@ def provision_experiment(
         runtime_arn=runtime_arn,
         gateway_url=gateway_url,
         endpoints=endpoints,
+        function_names={role: local_function_name(exp_id, role) for role in FUNCTION_ROLES},
     )
     clients.ssm.put_parameter(
         Name=resources.descriptor_parameter,

@@ -11,6 +11,11 @@ Run it as ``python -m local_stack.worker --exp NAME``. Endpoints, credentials an
 environment (``AWS_ENDPOINT_URL_*``); the experiment's queues and names come from its descriptor in SSM.
 Handler settings are exported as ``ROLLOUTS_*`` variables before the handler modules are imported.
 
+Like the Lambda service, the worker publishes each function's ``Invocations`` and ``Errors`` (a handler that
+raised) to CloudWatch's ``AWS/Lambda`` namespace, keyed by ``FunctionName``, every few seconds
+(:class:`LambdaMetrics`); ``rollouts doctor`` reads them the same way in AWS and locally. ``Throttles`` is never
+published: a local function has a fixed number of execution environments and never throttles.
+
 Differences from Lambda: a function's timeout is reported by ``get_remaining_time_in_millis`` but not
 enforced (a thread cannot be killed), and one process hosts all three functions, so they share module
 state the way warm invocations of one function would.
@@ -43,6 +48,7 @@ __all__ = [
     "DEFAULT_HANDLERS",
     "FunctionSpec",
     "LambdaContext",
+    "LambdaMetrics",
     "Worker",
     "WorkerSettings",
     "main",
@@ -61,6 +67,7 @@ DEFAULT_HANDLERS: Mapping[str, str] = {
 }
 SQS_EVENT_SOURCE = "aws:sqs"
 SQS_MAX_BATCH = 10
+LAMBDA_NAMESPACE = "AWS/Lambda"
 
 
 @dataclass
@@ -150,6 +157,45 @@ def failed_message_ids(response: Any, message_ids: Sequence[str]) -> set[str]:
     return ids  # type: ignore[return-value]
 
 
+class LambdaMetrics:
+    """Count invocations and errors per function and publish them as Lambda's own ``AWS/Lambda`` metrics."""
+
+    def __init__(self, cloudwatch: Any) -> None:
+        self._cloudwatch = cloudwatch
+        self._counts: dict[str, list[int]] = {}
+        self._lock = threading.Lock()
+
+    def record(self, function_name: str, *, error: bool) -> None:
+        """Count one invocation of ``function_name`` (an error if the handler raised)."""
+        with self._lock:
+            counts = self._counts.setdefault(function_name, [0, 0])
+            counts[0] += 1
+            counts[1] += int(error)
+
+    def flush(self) -> None:
+        """Publish what was counted since the last flush (nothing when there were no invocations)."""
+        with self._lock:
+            counts, self._counts = self._counts, {}
+        now = datetime.now(UTC)
+        data = [
+            {
+                "MetricName": metric,
+                "Dimensions": [{"Name": "FunctionName", "Value": name}],
+                "Timestamp": now,
+                "Value": value,
+                "Unit": "Count",
+            }
+            for name, (invocations, errors) in counts.items()
+            for metric, value in (("Invocations", invocations), ("Errors", errors))
+        ]
+        if not data:
+            return
+        try:
+            self._cloudwatch.put_metric_data(Namespace=LAMBDA_NAMESPACE, MetricData=data)
+        except Exception:
+            logger.exception("could not publish %d Lambda metrics to CloudWatch", len(data))
+
+
 @dataclass(frozen=True)
 class FunctionSpec:
     """One local function: its name, ARN, handler and limits."""
@@ -178,6 +224,7 @@ class WorkerSettings:
         dispatcher_concurrency: 1 to run the dispatcher, 0 to leave it off.
         finisher_concurrency: 1 to run the finisher, 0 to leave it off.
         sweep_interval_s: seconds between sweeper runs (a minute in AWS; a few seconds locally).
+        metrics_interval_s: seconds between publications of the functions' ``AWS/Lambda`` metrics.
         wait_time_s: SQS long-poll wait (a message wakes it at once; a stop does not wait for it).
         batch_size: records per event (1-10).
         timeout_s: the functions' timeout, as the context reports it.
@@ -186,6 +233,7 @@ class WorkerSettings:
     dispatcher_concurrency: int = 1
     finisher_concurrency: int = 1
     sweep_interval_s: float = 5.0
+    metrics_interval_s: float = 5.0
     wait_time_s: int = 10
     batch_size: int = SQS_MAX_BATCH
     timeout_s: float = 60.0
@@ -195,8 +243,8 @@ class WorkerSettings:
             raise ValueError(f"batch_size must be 1-{SQS_MAX_BATCH}, got {self.batch_size}")
         if not 0 <= self.wait_time_s <= 20:
             raise ValueError(f"wait_time_s must be 0-20 (SQS long polling), got {self.wait_time_s}")
-        if self.sweep_interval_s <= 0 or self.timeout_s <= 0:
-            raise ValueError("sweep_interval_s and timeout_s must be positive")
+        if self.sweep_interval_s <= 0 or self.timeout_s <= 0 or self.metrics_interval_s <= 0:
+            raise ValueError("sweep_interval_s, metrics_interval_s and timeout_s must be positive")
         if not (0 <= self.dispatcher_concurrency <= 1 and 0 <= self.finisher_concurrency <= 1):
             raise ValueError(
                 "a worker process is one Lambda execution environment per function: concurrency is 0 (off) or 1, "
@@ -208,8 +256,11 @@ class WorkerSettings:
 class Worker:
     """Run queue-fed functions and a scheduled function on threads until :meth:`stop`."""
 
-    def __init__(self, sqs: Any, *, region: str, account: str, settings: WorkerSettings) -> None:
+    def __init__(
+        self, sqs: Any, *, region: str, account: str, settings: WorkerSettings, metrics: LambdaMetrics | None = None
+    ) -> None:
         self._sqs = sqs
+        self._metrics = metrics
         self._region = region
         self._account = account
         self._settings = settings
@@ -240,7 +291,9 @@ class Worker:
         )
 
     def start(self) -> None:
-        """Start every poller and the schedule."""
+        """Start every poller, the schedule and the metrics publisher."""
+        if self._metrics is not None:
+            self._threads.append(threading.Thread(target=self._publish_loop, name="lambda-metrics", daemon=True))
         for thread in self._threads:
             thread.start()
 
@@ -257,6 +310,8 @@ class Worker:
         grace_s = self._settings.timeout_s if grace_s is None else grace_s
         with self._idle:
             self._idle.wait_for(lambda: self._busy == 0, timeout=grace_s)
+        if self._metrics is not None:
+            self._metrics.flush()
 
     def wait(self) -> None:
         """Block until :meth:`stop` is called."""
@@ -306,7 +361,9 @@ class Worker:
             response = function.handler(event, function.context())
         except Exception:
             logger.exception("%s failed on a batch of %d: every record returns to the queue", function.name, len(ids))
+            self._record(function, error=True)
             return len(messages)
+        self._record(function, error=False)
         failed = failed_message_ids(response, ids)
         done = [message for message in messages if message["MessageId"] not in failed]
         if done:
@@ -325,6 +382,15 @@ class Worker:
         )
         return len(messages)
 
+    def _record(self, function: FunctionSpec, *, error: bool) -> None:
+        if self._metrics is not None:
+            self._metrics.record(function.name, error=error)
+
+    def _publish_loop(self) -> None:
+        assert self._metrics is not None
+        while not self._stop.wait(self._settings.metrics_interval_s):
+            self._metrics.flush()
+
     def _poll_loop(self, function: FunctionSpec, queue_url: str, queue_arn: str) -> None:
         while not self._stop.is_set():
             try:
@@ -341,6 +407,9 @@ class Worker:
                     function.handler(event, function.context())
                 except Exception:
                     logger.exception("%s failed on a scheduled run", function.name)
+                    self._record(function, error=True)
+                else:
+                    self._record(function, error=False)
 
 
 def _import_handler(dotted: str) -> Handler:
@@ -366,6 +435,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--dispatcher-concurrency", type=int, default=defaults.dispatcher_concurrency)
     parser.add_argument("--finisher-concurrency", type=int, default=defaults.finisher_concurrency)
     parser.add_argument("--sweep-interval", type=float, default=defaults.sweep_interval_s, help="seconds")
+    parser.add_argument(
+        "--metrics-interval", type=float, default=defaults.metrics_interval_s, help="seconds between metric flushes"
+    )
     parser.add_argument("--wait-time", type=int, default=defaults.wait_time_s, help="SQS long-poll seconds (0-20)")
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="records per event (1-10)")
     parser.add_argument("--timeout", type=float, default=defaults.timeout_s, help="function timeout in seconds")
@@ -385,6 +457,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             dispatcher_concurrency=args.dispatcher_concurrency,
             finisher_concurrency=args.finisher_concurrency,
             sweep_interval_s=args.sweep_interval,
+            metrics_interval_s=args.metrics_interval,
             wait_time_s=args.wait_time,
             batch_size=args.batch_size,
             timeout_s=args.timeout,
@@ -393,7 +466,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(f"invalid worker settings: {exc}") from exc
     resources = ExperimentResources.for_experiment(args.exp)
     session = boto3.session.Session()
-    ssm, sqs = session.client("ssm"), session.client("sqs")
+    ssm, sqs, cloudwatch = session.client("ssm"), session.client("sqs"), session.client("cloudwatch")
     descriptor = ExperimentDescriptor.model_validate_json(
         ssm.get_parameter(Name=resources.descriptor_parameter)["Parameter"]["Value"]
     )
@@ -419,13 +492,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     # The handler modules build clients and settings at import or first call: export first, import after.
     os.environ.update(handler_settings.to_env())
     account = LOCAL_ACCOUNT_ID
-    worker = Worker(sqs, region=descriptor.region, account=account, settings=settings)
+    worker = Worker(
+        sqs, region=descriptor.region, account=account, settings=settings, metrics=LambdaMetrics(cloudwatch)
+    )
 
     def function(role: str) -> FunctionSpec | None:
         dotted = getattr(args, role)
         if not dotted:
             return None
-        name = f"{PROJECT}-{descriptor.exp_id}-{role}"
+        name = descriptor.function_names[role]
         arn = f"arn:aws:lambda:{descriptor.region}:{account}:function:{name}"
         return FunctionSpec(name=name, arn=arn, handler=_import_handler(dotted), timeout_s=settings.timeout_s)
 

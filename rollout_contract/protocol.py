@@ -50,6 +50,18 @@ RUNTIME_CLIENT_ERROR = AcrError("RuntimeClientError", 424)
 THROTTLING = AcrError("ThrottlingException", 429)
 INTERNAL_SERVER = AcrError("InternalServerException", 500)
 
+#: A runtime's control-plane status (``GetAgentRuntime``) when it can take invocations.
+RUNTIME_READY = "READY"
+
+
+def runtime_id(runtime_arn: str) -> str:
+    """The runtime id the control plane takes: the part after ``runtime/`` in the runtime's ARN."""
+    prefix, marker, runtime = runtime_arn.partition(":runtime/")
+    if not marker or not prefix.startswith("arn:") or not runtime or "/" in runtime:
+        raise ValueError(f"{runtime_arn!r} is not an AgentCore runtime ARN (arn:...:runtime/<id>)")
+    return runtime
+
+
 #: Error codes a dispatcher retries with backoff; every other code ends the rollout.
 RETRYABLE_ERROR_CODES = frozenset(
     e.code for e in (SERVICE_QUOTA_EXCEEDED, RETRYABLE_CONFLICT, RUNTIME_CLIENT_ERROR, THROTTLING, INTERNAL_SERVER)

@@ -29,6 +29,8 @@ _DAY_S = 24 * 3600
 #: SQS's maximum: a dead letter waits two weeks for someone to look at it. SQS counts a message's age from
 #: its first enqueue, so every source queue keeps messages for at most half of this (see QueueSpec).
 DLQ_RETENTION_S = 14 * _DAY_S
+#: The experiment's Lambda functions, as the descriptor's ``function_names`` keys them.
+FUNCTION_ROLES = ("dispatcher", "finisher", "sweeper")
 
 
 def results_bucket_name(account: str, region: str) -> str:
@@ -190,6 +192,8 @@ class ExperimentDescriptor(BaseModel):
     """Everything a trainer needs to use an experiment, published as one SSM parameter.
 
     ``endpoints`` maps boto3 service names to endpoint URLs for the local stack; it is empty in AWS.
+    ``function_names`` maps each of :data:`FUNCTION_ROLES` to its Lambda function name (the ``FunctionName``
+    dimension of its ``AWS/Lambda`` metrics); empty in descriptors published before it existed.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -205,6 +209,7 @@ class ExperimentDescriptor(BaseModel):
     runtime_qualifier: str = DEFAULT_QUALIFIER
     gateway_url: str | None = None
     endpoints: dict[str, str] = Field(default_factory=dict)
+    function_names: dict[str, str] = Field(default_factory=dict)
 
     @property
     def resources(self) -> ExperimentResources:

@@ -3,6 +3,7 @@
 - ``rollouts eval EXP --dataset IN.jsonl --output OUT.jsonl``: run every dataset row as a rollout.
 - ``rollouts status EXP``: queue depths, rollouts in flight, recent results.
 - ``rollouts results EXP``: export the experiment's stored results as JSONL.
+- ``rollouts doctor EXP [--canary PAYLOAD.json]``: check every hop, one line each; exit 1 on any failure.
 - ``rollouts local ...`` / ``rollouts demo``: mounted from ``local_stack.cli.add_commands`` when present.
 
 Every subcommand's parser sets ``func(args) -> int | None``; ``main`` calls it.
@@ -27,6 +28,7 @@ from trainer_client._client import RolloutClient
 from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S, PollSettings
 from trainer_client._exceptions import RolloutError
 from trainer_client._progress import RolloutProgress
+from trainer_client.doctor import run_doctor
 
 __all__ = ["build_parser", "main"]
 
@@ -108,6 +110,16 @@ def build_parser() -> argparse.ArgumentParser:
     results.add_argument("--output", type=Path, help="output file (default: stdout)")
     results.add_argument("--status", action="append", choices=[s.value for s in Status], help="only this status")
     results.set_defaults(func=_results)
+
+    doctor = commands.add_parser(
+        "doctor", help="check every hop of an experiment (one line each) and optionally trace a canary rollout"
+    )
+    doctor.add_argument("experiment", help="experiment id (its descriptor is read from SSM)")
+    doctor.add_argument("--region", help="AWS region (default: boto3's)")
+    doctor.add_argument("--canary", type=Path, metavar="PAYLOAD_FILE", help="run one rollout of this JSON payload")
+    doctor.add_argument("--input-id", help="the canary's input id (default: its session id)")
+    doctor.add_argument("--timeout", type=_positive_float, default=120.0, help="the canary's deadline in seconds (120)")
+    doctor.set_defaults(func=_doctor)
 
     _mount_local_commands(commands)
     return parser
@@ -239,6 +251,28 @@ def _status(args: argparse.Namespace) -> int:
         reward = "-" if result.reward is None else f"{result.reward:g}"
         print(f"  {result.status.value:<16} reward={reward:<8} {result.result_key}", file=out)
     return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    canary = None
+    if args.canary is not None:
+        try:
+            canary = json.loads(args.canary.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise UsageError(f"cannot read canary payload {args.canary}: {exc.strerror}") from exc
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"canary payload {args.canary} is not JSON ({exc.msg}); give one JSON object") from exc
+        if not isinstance(canary, dict):
+            raise UsageError(f"canary payload {args.canary} is a JSON {type(canary).__name__}; give one JSON object")
+    healthy = run_doctor(
+        args.experiment,
+        region=args.region,
+        canary=canary,
+        input_id=args.input_id,
+        timeout_s=args.timeout,
+        out=sys.stdout,
+    )
+    return 0 if healthy else 1
 
 
 def _results(args: argparse.Namespace) -> int:

@@ -33,6 +33,9 @@ class RolloutFuture(Future[ClientResult]):
         result_key: the S3 key its result is written to (``None`` if attached by session id alone).
         s3_bucket: the results bucket.
         deadline_at: Unix time after which the sweeper ends it as ``timed_out`` (``None`` if unknown).
+        event_sent_at: Unix time its result event reached the completion queue (the message's SQS
+            ``SentTimestamp``), set by the poller before it resolves the future; ``None`` until then, and for
+            results read directly from S3 (``attach``).
     """
 
     if TYPE_CHECKING:
@@ -53,6 +56,7 @@ class RolloutFuture(Future[ClientResult]):
         self.result_key = str(key) if key.input_id else None
         self.s3_bucket = s3_bucket
         self.deadline_at = deadline_at
+        self.event_sent_at: float | None = None
         self._on_cancel = on_cancel
         self._started = time.monotonic()
         self._finished: float | None = None

@@ -228,6 +228,7 @@ class CompletionPoller:
             QueueUrl=self._queue_url,
             MaxNumberOfMessages=self._settings.max_messages,
             WaitTimeSeconds=self._settings.wait_time_s,
+            MessageSystemAttributeNames=["SentTimestamp"],
         )
         return response.get("Messages", [])
 
@@ -263,7 +264,10 @@ class CompletionPoller:
         return len(owned)
 
     def _settle(self, item: tuple[dict[str, Any], RolloutFuture, ObjectCreated]) -> bool:
-        _, future, event = item
+        message, future, event = item
+        sent_ms = message.get("Attributes", {}).get("SentTimestamp")
+        if sent_ms is not None and future.event_sent_at is None:
+            future.event_sent_at = int(sent_ms) / 1000
         try:
             result = self._load(event)
         except _AWS_ERRORS as exc:

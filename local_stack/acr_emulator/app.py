@@ -1,9 +1,11 @@
-"""The emulator's HTTP surface: the ``bedrock-agentcore`` data plane plus ``/_admin`` views."""
+"""The emulator's HTTP surface: the ``bedrock-agentcore`` data plane, the control plane's ``GetAgentRuntime``
+for the runtimes it hosts, and ``/_admin`` views."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
@@ -21,9 +23,11 @@ from rollout_contract.protocol import (
     CUSTOM_HEADER_PREFIX,
     DEFAULT_QUALIFIER,
     REQUEST_ID_HEADER,
+    RUNTIME_READY,
     SESSION_HEADER,
     TRACE_HEADERS,
     USER_ID_HEADER,
+    runtime_id,
 )
 
 if TYPE_CHECKING:
@@ -43,6 +47,7 @@ def create_app(config: EmulatorConfig) -> Starlette:
     The app's :class:`SessionManager` is ``app.state.manager``.
     """
     manager = SessionManager(config)
+    created_at = time.time()
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -74,6 +79,16 @@ def create_app(config: EmulatorConfig) -> Starlette:
             return e.to_response()
         return JSONResponse({}, headers={SESSION_HEADER: session_id})
 
+    async def get_runtime(request: Request) -> Response:
+        # Control plane (bedrock-agentcore-control GetAgentRuntime): a hosted runtime is READY while the
+        # emulator serves it; one it does not host is ResourceNotFoundException, as in ACR.
+        wanted = request.path_params["runtime_id"]
+        runtime = next((r for r in config.runtimes if runtime_id(r.arn) == wanted), None)
+        if runtime is None:
+            hosted = ", ".join(runtime_id(r.arn) for r in config.runtimes)
+            return NotFoundError(f"AgentRuntime {wanted} not found; the emulator hosts: {hosted}").to_response()
+        return JSONResponse(_runtime_description(runtime, created_at))
+
     async def admin_sessions(_: Request) -> Response:
         return JSONResponse({"sessions": manager.sessions_view()})
 
@@ -104,6 +119,7 @@ def create_app(config: EmulatorConfig) -> Starlette:
         routes=[
             Route("/runtimes/{arn:path}/invocations", invoke, methods=["POST"]),
             Route("/runtimes/{arn:path}/stopruntimesession", stop, methods=["POST"]),
+            Route("/runtimes/{runtime_id}/", get_runtime, methods=["GET"]),
             Route("/_admin/sessions", admin_sessions, methods=["GET"]),
             Route("/_admin/stats", admin_stats, methods=["GET"]),
             Route("/_admin/invocations", admin_invocations, methods=["GET"]),
@@ -126,6 +142,28 @@ def _runtime(config: EmulatorConfig, request: Request) -> RuntimeConfig:
     if qualifier not in runtime.qualifiers:
         raise NotFoundError(f"endpoint {qualifier!r} of {arn} not found; it has: {', '.join(runtime.qualifiers)}")
     return runtime
+
+
+def _runtime_description(runtime: RuntimeConfig, created_at: float) -> dict[str, object]:
+    """``GetAgentRuntime``'s answer for a hosted runtime (the fields the emulator knows)."""
+    account = runtime.arn.split(":")[4]
+    ident = runtime_id(runtime.arn)
+    return {
+        "agentRuntimeArn": runtime.arn,
+        "agentRuntimeId": ident,
+        "agentRuntimeName": ident.rsplit("-", 1)[0] if "-" in ident else ident,
+        "agentRuntimeVersion": "1",
+        "createdAt": created_at,
+        "lastUpdatedAt": created_at,
+        "roleArn": f"arn:aws:iam::{account}:role/acr-emulator",
+        "status": RUNTIME_READY,
+        "protocolConfiguration": {"serverProtocol": "HTTP"},
+        "networkConfiguration": {"networkMode": "PUBLIC"},
+        "lifecycleConfiguration": {
+            "idleRuntimeSessionTimeout": int(runtime.idle_timeout_s),
+            "maxLifetime": int(runtime.max_lifetime_s),
+        },
+    }
 
 
 def _session_id(request: Request) -> str:

@@ -17,6 +17,7 @@ from rollout_contract.protocol import (
     MAX_PAYLOAD_BYTES,
     STARTUP_LIMIT_S,
     SYNC_INVOKE_LIMIT_S,
+    runtime_id,
 )
 
 __all__ = ["ColdStartDelay", "ConfigError", "EmulatorConfig", "RuntimeConfig", "load_config"]
@@ -92,9 +93,10 @@ class RuntimeConfig(BaseModel):
 
     @field_validator("arn")
     @classmethod
-    def _arn_has_no_query(cls, arn: str) -> str:
+    def _arn_is_a_runtime_arn(cls, arn: str) -> str:
         if "?" in arn or arn != arn.strip():
             raise ValueError(f"runtime arn {arn!r} must not contain '?' or surrounding spaces")
+        runtime_id(arn)  # the control plane addresses the runtime by the id its ARN ends in
         return arn
 
     @field_validator("preload")

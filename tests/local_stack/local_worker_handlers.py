@@ -2,7 +2,7 @@
 
 Each appends what it received to a JSONL file in ``$WORKER_TEST_OUT`` so the test can read it back.
 ``dispatch`` fails every record whose body is ``"fail"`` and makes it visible again after 1 s, as the
-real dispatcher does with its retryable records.
+real dispatcher does with its retryable records; ``finish`` raises on a batch holding a ``"raise"`` body.
 """
 
 from __future__ import annotations
@@ -52,8 +52,10 @@ def dispatch(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 
 def finish(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    """Record the batch; every record succeeds."""
+    """Record the batch; every record succeeds, unless one's body is "raise": then the handler raises."""
     _record("finish", event, context)
+    if any(record["body"] == "raise" for record in event["Records"]):
+        raise RuntimeError("a function error, as Lambda counts it")
     return {"batchItemFailures": []}
 
 

@@ -17,6 +17,7 @@ from local_stack.moto_server import LOCAL_REGION, aws_env, endpoints_for
 from local_stack.provision import AwsClients, ProvisionedExperiment, provision_experiment, provision_shared
 from local_stack.stack import PROJECT_ROOT, runtime_arn
 from local_stack.worker import failed_message_ids, sqs_event
+from trainer_client.doctor import Experiment, function_check
 
 HERE = Path(__file__).parent
 READY_TIMEOUT_S = 30.0
@@ -61,6 +62,8 @@ def worker(
             "local_worker_handlers.sweep",
             "--sweep-interval",
             str(SWEEP_INTERVAL_S),
+            "--metrics-interval",
+            "0.5",
             "--wait-time",
             "1",
             "--dispatcher-concurrency",
@@ -165,6 +168,25 @@ def test_worker_runs_the_sweeper_on_its_timer(worker: Path) -> None:
     events = [line["event"] for line in lines]
     assert all(e["detail-type"] == "Scheduled Event" and e["source"] == "aws.events" for e in events)
     assert len({e["id"] for e in events}) == len(events)
+
+
+def test_a_handler_that_raises_is_an_error_in_lambdas_metrics_and_fails_the_doctors_function_line(
+    worker: Path, experiment: ProvisionedExperiment, aws: AwsClients, moto: ManagedProcess, monkeypatch
+) -> None:
+    # GIVEN a running worker whose finisher handler raises on a "raise" record
+    for name, value in aws_env(moto.url).items():
+        monkeypatch.setenv(name, value)
+    doctor = Experiment.connect(experiment.descriptor)
+    check = function_check("finisher")
+    assert check(doctor).ok
+    # WHEN such a record arrives
+    aws.sqs.send_message(QueueUrl=experiment.finisher_queue_url, MessageBody="raise")
+    # THEN the worker publishes the error as Lambda would (AWS/Lambda Errors by FunctionName), and the
+    # doctor's finisher line fails on it, naming the function and where its logs are
+    result = _eventually(lambda: next((line for line in [check(doctor)] if not line.ok), None), timeout_s=20)
+    assert result.detail.startswith(f"agentcore-rollouts-{EXP_ID}-finisher: 1 errors, 0 throttles, ")
+    assert result.fix.startswith(f"read the worker logs worker-{EXP_ID}*.log")
+    assert function_check("sweeper")(doctor).ok
 
 
 def test_an_unknown_failure_identifier_fails_the_whole_batch() -> None:
