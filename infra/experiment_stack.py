@@ -10,6 +10,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from infra.doctor_grants import grant_doctor_reads
 from infra.monitoring import Monitoring
 from infra.nag import acknowledge, nag_value
 from infra.queues import RolloutQueue
@@ -111,6 +112,13 @@ class ExperimentStack(Stack):
             sessions_table=self.sessions_table,
             sessions_spec=names.sessions_table,
         )
+        grant_doctor_reads(
+            self.trainer.policy,
+            queues=[self.finisher_inbox.queue, self.finisher_inbox.dead_letter_queue],
+            bucket=bucket,
+            result_rule=self.routing.rule,
+            runtime_arn=runtime.agent_runtime_arn,
+        )
         self.monitoring = Monitoring(
             self,
             "Monitoring",
@@ -141,6 +149,7 @@ class ExperimentStack(Stack):
             budget_table=BUDGET_TABLE.name,
             runtime_arn=self.agent.runtime.agent_runtime_arn,
             gateway_url=settings.gateway_url,
+            function_names={role: worker.function.function_name for role, worker in self.workers.all.items()},
         )
         return ssm.StringParameter(
             self,

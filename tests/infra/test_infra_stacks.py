@@ -427,7 +427,12 @@ def test_trainer_role_grants_exactly_what_a_trainer_needs(synth: Synthesized) ->
         f"<{_logical_id(template, 'AWS::SQS::Queue', QueueName=spec.dlq_name)}.Arn>"
         for spec in (names.dispatch_queue, names.completion_queue)
     ]
-    # WHEN its grants are collected THEN they are exactly the trainer's needs
+    finisher_queues = [
+        f"<{_logical_id(template, 'AWS::SQS::Queue', QueueName=name)}.Arn>"
+        for name in (names.finisher_queue.name, names.finisher_queue.dlq_name)
+    ]
+    rule = f"<{_logical_id(template, 'AWS::Events::Rule', Name=names.result_rule_name)}.Arn>"
+    # WHEN its grants are collected THEN they are exactly the trainer's needs, and rollouts doctor's reads
     assert _grants(statements) == {
         ("sqs:SendMessage", dispatch_queue),
         ("sqs:GetQueueAttributes", dispatch_queue),
@@ -442,6 +447,12 @@ def test_trainer_role_grants_exactly_what_a_trainer_needs(synth: Synthesized) ->
         *{(a, dlq) for a in ("sqs:GetQueueAttributes", "sqs:GetQueueUrl") for dlq in dlqs},
         ("s3:ListBucket", f"arn:<AWS::Partition>:s3:::{_bucket()}"),
         *{(a, t) for a in ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query") for t in (table, index)},
+        *{(a, q) for a in ("sqs:GetQueueAttributes", "sqs:GetQueueUrl") for q in finisher_queues},
+        ("s3:GetBucketNotification", f"arn:<AWS::Partition>:s3:::{_bucket()}"),
+        ("events:DescribeRule", rule),
+        ("events:ListTargetsByRule", rule),
+        ("bedrock-agentcore:GetAgentRuntime", "<AgentRuntime23CE8C05.AgentRuntimeArn>"),
+        ("cloudwatch:GetMetricData", "*"),
     }
     # AND listing is limited to the experiment's prefix
     listing = next(s for s in statements if s["Action"] == "s3:ListBucket")
@@ -463,6 +474,11 @@ def test_descriptor_parameter_holds_a_valid_experiment_descriptor(synth: Synthes
     queue_id = _logical_id(synth.experiments["alpha"], "AWS::SQS::Queue", QueueName=names.dispatch_queue.name)
     assert descriptor.dispatch_queue_url == f"<{queue_id}>"
     assert descriptor.endpoints == {}
+    functions = _resources(synth.experiments["alpha"], "AWS::Lambda::Function")
+    assert {role: name.strip("<>") for role, name in descriptor.function_names.items()} == {
+        role: next(i for i, f in functions.items() if f["Properties"]["Handler"] == f"lambdas.{role}.handler")
+        for role in ("dispatcher", "finisher", "sweeper")
+    }
 
 
 def test_alarms_cover_dead_letters_errors_throttling_and_stuck_rollouts(synth: Synthesized) -> None:
