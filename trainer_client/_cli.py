@@ -118,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--region", help="AWS region (default: boto3's)")
     doctor.add_argument("--canary", type=Path, metavar="PAYLOAD_FILE", help="run one rollout of this JSON payload")
     doctor.add_argument("--input-id", help="the canary's input id (default: its session id)")
+    doctor.add_argument("--model-id", help="the canary's _rollout.model_id")
     doctor.add_argument("--timeout", type=_positive_float, default=120.0, help="the canary's deadline in seconds (120)")
     doctor.set_defaults(func=_doctor)
 
@@ -270,6 +271,7 @@ def _doctor(args: argparse.Namespace) -> int:
         canary=canary,
         input_id=args.input_id,
         timeout_s=args.timeout,
+        model_id=args.model_id,
         out=sys.stdout,
     )
     return 0 if healthy else 1

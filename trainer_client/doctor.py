@@ -33,10 +33,10 @@ from rollout_contract import ExperimentDescriptor, ExperimentResources, Status, 
 from rollout_contract.protocol import RUNTIME_READY, runtime_id
 from rollout_contract.resources import FUNCTION_ROLES, SESSIONS_PARTITION_KEY, QueueSpec, result_event_pattern
 from rollout_contract.sessions import ATTR_ATTEMPTS, ATTR_STATE, SessionState
-from trainer_client._aws import load_descriptor
+from trainer_client._aws import error_code, load_descriptor
 from trainer_client._client import RolloutClient
 from trainer_client._config import PollSettings
-from trainer_client._exceptions import ExperimentNotFoundError, SubmitError
+from trainer_client._exceptions import AwsError, ExperimentNotFoundError, SubmitError
 
 __all__ = ["CHECKS", "CheckResult", "Experiment", "check_descriptor", "diagnose", "run_doctor", "trace_canary"]
 
@@ -162,7 +162,7 @@ def _missing_queues(exp: Experiment, *names: str) -> list[str]:
         try:
             exp.queue_url(queue)
         except BotoClientError as exc:
-            if not _code(exc).endswith(("NonExistentQueue", "QueueDoesNotExist")):
+            if not error_code(exc).endswith(("NonExistentQueue", "QueueDoesNotExist")):
                 raise
             missing.append(queue)
     return missing
@@ -244,7 +244,7 @@ def check_result_rule(exp: Experiment) -> CheckResult:
     try:
         rule = exp.rule
     except BotoClientError as exc:
-        if _code(exc) != "ResourceNotFoundException":
+        if error_code(exc) != "ResourceNotFoundException":
             raise
         return CheckResult("result rule", False, f"{name} does not exist", exp.redeploy)
     if rule.get("State") != "ENABLED":
@@ -283,7 +283,7 @@ def check_runtime(exp: Experiment) -> CheckResult:
     try:
         runtime = exp.clients["bedrock-agentcore-control"].get_agent_runtime(agentRuntimeId=runtime_id(arn))
     except BotoClientError as exc:
-        if _code(exc) != "ResourceNotFoundException":
+        if error_code(exc) != "ResourceNotFoundException":
             raise
         message = exc.response["Error"].get("Message", "")
         return CheckResult("runtime", False, f"{arn} not found: {message}", exp.redeploy)
@@ -403,18 +403,15 @@ CHECKS: tuple[Check, ...] = (
 )
 
 
-def _code(exc: BotoClientError) -> str:
-    return exc.response.get("Error", {}).get("Code", "")
-
-
 def _failed_call(exp_id: str, name: str, exc: Exception) -> CheckResult:
-    if isinstance(exc, BotoClientError):
-        code = _code(exc)
-        detail = f"{code}: {exc.response.get('Error', {}).get('Message', '')}"
-        if "AccessDenied" in code or code == "UnauthorizedOperation":
-            return CheckResult(name, False, detail, f"attach the managed policy agentcore-rollouts-{exp_id}-trainer")
-        return CheckResult(name, False, detail, "retry; if it persists, check the service's health")
-    return CheckResult(name, False, f"{type(exc).__name__}: {exc}", "check the endpoint is reachable and retry")
+    """A check that an AWS error (or a bad descriptor) stopped: say what AWS said and what to do."""
+    code = error_code(exc) if isinstance(exc, BotoClientError) else getattr(exc, "code", "")
+    if not code:
+        return CheckResult(name, False, f"{type(exc).__name__}: {exc}", "check the endpoint is reachable and retry")
+    if "AccessDenied" in code or code == "UnauthorizedOperation":
+        policy = ExperimentResources.for_experiment(exp_id).trainer_policy_name
+        return CheckResult(name, False, f"{code}: {exc}", f"attach the managed policy {policy}")
+    return CheckResult(name, False, f"{code}: {exc}", "retry; if it persists, check the service's health")
 
 
 def _check_name(check: Check) -> str:
@@ -436,7 +433,7 @@ def check_descriptor(
             f"no SSM parameter {parameter}",
             f"deploy: npx cdk deploy -c experiment={exp_id}, or start the local stack: rollouts local up",
         ), None
-    except (BotoClientError, BotoCoreError, ValueError) as exc:
+    except (AwsError, ValueError) as exc:
         return _failed_call(exp_id, "descriptor", exc), None
     where = "local stack" if descriptor.endpoints else f"region {descriptor.region}"
     found = CheckResult("descriptor", True, f"{parameter} ({where}, runtime {descriptor.runtime_arn})")
@@ -465,9 +462,15 @@ class _Watch:
 
 
 def trace_canary(
-    exp: Experiment, payload: dict[str, Any], *, input_id: str | None = None, timeout_s: float = 120.0
+    exp: Experiment,
+    payload: dict[str, Any],
+    *,
+    input_id: str | None = None,
+    timeout_s: float = 120.0,
+    model_id: str | None = None,
 ) -> Iterator[CheckResult]:
-    """Run one rollout of ``payload`` (deadline ``timeout_s``) and report each hop in order with its latency.
+    """Run one rollout of ``payload`` (deadline ``timeout_s``, ``_rollout.model_id`` if given) and report each hop
+    in order with its latency.
 
     Hops are reported until the first one that did not happen; a canary that does not end within the
     deadline plus :data:`SWEEPER_GRACE_S` is cancelled.
@@ -476,7 +479,8 @@ def trace_canary(
     with RolloutClient.from_descriptor(exp.descriptor, poll=PollSettings(wait_time_s=5)) as client:
         began = time.time()
         try:
-            future = client.invoke(payload, input_id=input_id, timeout=timeout_s)
+            overrides = {"model_id": model_id} if model_id else {}
+            future = client.invoke(payload, input_id=input_id, timeout=timeout_s, **overrides)
         except SubmitError as exc:
             yield _hop("queued", False, str(exc), "check the dispatch queue line above and the trainer policy")
             return
@@ -648,7 +652,7 @@ def _result_exists(exp: Experiment, key: str) -> bool:
     try:
         exp.clients["s3"].head_object(Bucket=exp.descriptor.results_bucket, Key=key)
     except BotoClientError as exc:
-        if _code(exc) in ("404", "NoSuchKey", "NotFound"):
+        if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
             return False
         raise
     return True
@@ -661,6 +665,7 @@ def run_doctor(
     canary: dict[str, Any] | None = None,
     input_id: str | None = None,
     timeout_s: float = 120.0,
+    model_id: str | None = None,
     out: TextIO,
 ) -> bool:
     """Print one line per check, then per canary hop, to ``out`` as each is known; return whether all passed.
@@ -672,7 +677,11 @@ def run_doctor(
     if experiment is None:
         return False
     ok = True
-    hops = trace_canary(experiment, canary, input_id=input_id, timeout_s=timeout_s) if canary is not None else ()
+    hops = (
+        trace_canary(experiment, canary, input_id=input_id, timeout_s=timeout_s, model_id=model_id)
+        if canary is not None
+        else ()
+    )
     for result in itertools.chain(diagnose(experiment), hops):
         print(result.line(), file=out, flush=True)
         ok = ok and result.ok
