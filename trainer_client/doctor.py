@@ -38,7 +38,16 @@ from trainer_client._client import RolloutClient
 from trainer_client._config import PollSettings
 from trainer_client._exceptions import AwsError, ExperimentNotFoundError, SubmitError
 
-__all__ = ["CHECKS", "CheckResult", "Experiment", "check_descriptor", "diagnose", "run_doctor", "trace_canary"]
+__all__ = [
+    "CHECKS",
+    "CheckResult",
+    "Experiment",
+    "check_descriptor",
+    "diagnose",
+    "policy_lets_rule_send",
+    "run_doctor",
+    "trace_canary",
+]
 
 #: How far back the functions' errors and throttles are summed.
 RECENT = timedelta(minutes=15)
@@ -178,7 +187,7 @@ def queue_policy_check(role: str) -> Check:
         attributes = exp.queue_attributes(spec.name, "QueueArn", "Policy")
         rule_arn = exp.rule["Arn"]
         policy = json.loads(attributes.get("Policy") or "{}")
-        if any(_lets_rule_send(s, attributes["QueueArn"], rule_arn) for s in _statements(policy)):
+        if policy_lets_rule_send(policy, attributes["QueueArn"], rule_arn):
             return CheckResult(name, True, f"EventBridge rule {exp.resources.result_rule_name} may send to {spec.name}")
         return CheckResult(
             name,
@@ -189,6 +198,11 @@ def queue_policy_check(role: str) -> Check:
         )
 
     return _named(check, name)
+
+
+def policy_lets_rule_send(policy: Mapping[str, Any], queue_arn: str, rule_arn: str) -> bool:
+    """Whether a queue policy document lets EventBridge rule ``rule_arn`` send to the queue ``queue_arn``."""
+    return any(_lets_rule_send(statement, queue_arn, rule_arn) for statement in _statements(policy))
 
 
 def _statements(policy: Mapping[str, Any]) -> list[Mapping[str, Any]]:

@@ -29,8 +29,10 @@ from rollout_contract.resources import (
     result_event_pattern,
 )
 from tests.infra.conftest import MODES, Synthesized
+from trainer_client.doctor import policy_lets_rule_send
 
 pytestmark = pytest.mark.cdk
+
 
 def _resources(template: Template, kind: str) -> dict[str, dict[str, Any]]:
     return template.find_resources(kind)
@@ -557,3 +559,20 @@ def test_no_experiment_grant_reaches_another_experiments_prefix(synth: Synthesiz
     # THEN none appear: no grant of alpha's (a prefix ends with '/') covers alpha-2's resources
     assert "alpha-2" not in text and "alpha_2" not in text
     assert experiment_prefix("alpha").endswith("/")
+
+
+def test_rollouts_doctor_accepts_the_queue_policies_and_rule_pattern_the_stack_deploys(synth: Synthesized) -> None:
+    # GIVEN the alpha stack's result rule and the policies of the two queues it targets
+    template = synth.experiments["alpha"]
+    names = ExperimentResources.for_experiment("alpha")
+    rule_id = _logical_id(template, "AWS::Events::Rule", Name=names.result_rule_name)
+    rule = _one(template, "AWS::Events::Rule", Name=names.result_rule_name)
+    # WHEN the doctor's checks read them (intrinsics rendered as placeholders)
+    # THEN each queue policy lets exactly this rule send, and the pattern is the one the doctor expects
+    for spec in (names.completion_queue, names.finisher_queue):
+        queue_id = _logical_id(template, "AWS::SQS::Queue", QueueName=spec.name)
+        policy = _render(_one(template, "AWS::SQS::QueuePolicy", Queues=[{"Ref": queue_id}])["Properties"])
+        document = policy["PolicyDocument"]
+        assert policy_lets_rule_send(document, f"<{queue_id}.Arn>", f"<{rule_id}.Arn>")
+        assert not policy_lets_rule_send(document, f"<{queue_id}.Arn>", "<AnotherRule.Arn>")
+    assert _render(rule["Properties"]["EventPattern"]) == result_event_pattern(_bucket(), "alpha")
