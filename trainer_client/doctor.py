@@ -35,7 +35,7 @@ from rollout_contract.resources import FUNCTION_ROLES, SESSIONS_PARTITION_KEY, Q
 from rollout_contract.sessions import ATTR_ATTEMPTS, ATTR_STATE, SessionState
 from trainer_client._aws import error_code, load_descriptor
 from trainer_client._client import RolloutClient
-from trainer_client._config import PollSettings
+from trainer_client._config import PollSettings, RolloutOptions
 from trainer_client._exceptions import AwsError, ExperimentNotFoundError, SubmitError
 
 __all__ = [
@@ -423,8 +423,9 @@ def _failed_call(exp_id: str, name: str, exc: Exception) -> CheckResult:
     if not code:
         return CheckResult(name, False, f"{type(exc).__name__}: {exc}", "check the endpoint is reachable and retry")
     if "AccessDenied" in code or code == "UnauthorizedOperation":
-        policy = ExperimentResources.for_experiment(exp_id).trainer_policy_name
-        return CheckResult(name, False, f"{code}: {exc}", f"attach the managed policy {policy}")
+        stack = ExperimentResources.for_experiment(exp_id).stack_name
+        fix = f"use the trainer role (output TrainerRoleArn of stack {stack}; README 'Deploying to AWS', step 5)"
+        return CheckResult(name, False, f"{code}: {exc}", fix)
     return CheckResult(name, False, f"{code}: {exc}", "retry; if it persists, check the service's health")
 
 
@@ -493,10 +494,10 @@ def trace_canary(
     with RolloutClient.from_descriptor(exp.descriptor, poll=PollSettings(wait_time_s=5)) as client:
         began = time.time()
         try:
-            overrides = {"model_id": model_id} if model_id else {}
+            overrides: RolloutOptions = {"model_id": model_id} if model_id else {}
             future = client.invoke(payload, input_id=input_id, timeout=timeout_s, **overrides)
         except SubmitError as exc:
-            yield _hop("queued", False, str(exc), "check the dispatch queue line above and the trainer policy")
+            yield _hop("queued", False, str(exc), "check the dispatch queue line above and the trainer role")
             return
         sent = time.time()
         future.add_done_callback(lambda _: setattr(watch, "resolved_at", time.time()))
