@@ -144,7 +144,11 @@ class RolloutClient:
         self.completion_queue_url = completion_queue_url or self._queue_url(self.resources.completion_queue.name)
         self.gateway_url = gateway_url
         self._rollout_defaults = rollout
-        self._traces = TraceReader(gateway_url, traces, transport=gateway_transport) if gateway_url else None
+        self._traces = (
+            TraceReader(gateway_url, traces, transport=gateway_transport, workers=poll.fetch_workers)
+            if gateway_url
+            else None
+        )
         self._poller = CompletionPoller(
             self._clients.sqs, self.completion_queue_url, self._load_event, poll, name=f"rollouts-poller-{exp_id}"
         )
@@ -432,8 +436,13 @@ class RolloutClient:
         return self._with_traces(ClientResult.from_json_bytes(body))
 
     def _load_event(self, event: ObjectCreated) -> ClientResult:
+        # The event names the session: read its token traces while the result object is read.
+        traces = self._traces.start(event.result_key.session_id) if self._traces is not None else None
         body = self._clients.s3.get_object(Bucket=event.bucket, Key=event.key)["Body"].read()
-        return self._with_traces(ClientResult.from_json_bytes(body))
+        result = ClientResult.from_json_bytes(body)
+        if traces is not None:
+            result.token_traces = traces.result()
+        return result
 
     def _with_traces(self, result: ClientResult) -> ClientResult:
         if self._traces is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import httpx
 from pydantic import TypeAdapter
@@ -35,11 +36,27 @@ class TraceReader:
     agree on the length, ``settings.attempts`` reads at most, and warns once that the join is a guess.
     """
 
-    def __init__(self, gateway_url: str, settings: TraceSettings, *, transport: httpx.BaseTransport | None = None):
+    def __init__(
+        self,
+        gateway_url: str,
+        settings: TraceSettings,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        workers: int = 8,
+    ):
         self._url = gateway_url.rstrip("/")
         self._settings = settings
-        self._http = httpx.Client(timeout=settings.timeout_s + settings.settle_s, transport=transport)
+        self._http = httpx.Client(
+            timeout=settings.timeout_s + settings.settle_s,
+            transport=transport,
+            limits=httpx.Limits(max_connections=workers, max_keepalive_connections=workers),
+        )
         self._settled_route = True
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="rollouts-traces")
+
+    def start(self, session_id: str) -> Future[list[TokenTrace] | None]:
+        """Begin :meth:`read` in the background (the caller reads the result object meanwhile)."""
+        return self._pool.submit(self.read, session_id)
 
     def read(self, session_id: str) -> list[TokenTrace] | None:
         """Return the session's traces in call order, or ``None`` if the gateway could not be read."""
@@ -90,5 +107,6 @@ class TraceReader:
         return previous or []
 
     def close(self) -> None:
-        """Close the HTTP connection pool."""
+        """Finish reads in progress and close the HTTP connection pool."""
+        self._pool.shutdown(wait=True)
         self._http.close()
