@@ -32,7 +32,8 @@ class RolloutFuture(Future[ClientResult]):
         input_id: the group (prompt) this rollout belongs to (``None`` if attached by session id alone).
         result_key: the S3 key its result is written to (``None`` if attached by session id alone).
         s3_bucket: the results bucket.
-        deadline_at: Unix time after which the sweeper ends it as ``timed_out`` (``None`` if unknown).
+        deadline_at: Unix time by which it has ended at the latest: its timeout runs from its start, which
+            comes at the latest ``queue_timeout`` after the submit (``None`` if unknown).
         event_sent_at: Unix time its result event reached the completion queue (the message's SQS
             ``SentTimestamp``), set by the poller before it resolves the future; ``None`` until then, and for
             results read directly from S3 (``attach``).
