@@ -15,6 +15,7 @@ guessing wrong costs one more update and never a read.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -66,6 +67,9 @@ class TpsBudget:
         self.max_lateness_s = (1.0 / TPS_HEADROOM - 1.0) / 2 if limit >= 1 else self.interval_s / 2
         #: ``next_at`` as the last update saw it (``-inf``: unset); ``None`` before the first update.
         self._seen_next_at: float | None = None
+        #: Held by the one thread of this process that waits for a slot; the others queue behind it, so a
+        #: batch's threads do not all wake at the same moment and each spend an update on the same slot.
+        self._waiting = threading.Lock()
 
     def reserve(self, *, horizon_s: float) -> float:
         """Reserve the next free slot if it starts within ``horizon_s`` seconds; return its start time.
@@ -101,13 +105,23 @@ class TpsBudget:
             NoTokenError: no slot came within reach in ``wait_s`` seconds.
         """
         give_up_at = self._clock() + wait_s
-        while True:
-            try:
-                return self.reserve(horizon_s=horizon_s)
-            except NoTokenError as exc:
-                if self._clock() + exc.retry_after_s > give_up_at:
-                    raise
-                self._sleep(exc.retry_after_s)
+        try:
+            return self.reserve(horizon_s=horizon_s)
+        except NoTokenError as exc:
+            if self._clock() + exc.retry_after_s > give_up_at:
+                raise
+        if not self._waiting.acquire(timeout=max(0.0, give_up_at - self._clock())):
+            raise NoTokenError(retry_after_s=self.interval_s)
+        try:
+            while True:
+                try:
+                    return self.reserve(horizon_s=horizon_s)
+                except NoTokenError as exc:
+                    if self._clock() + exc.retry_after_s > give_up_at:
+                        raise
+                    self._sleep(exc.retry_after_s)
+        finally:
+            self._waiting.release()
 
     def wait_for(self, slot_start: float, *, max_wait_s: float, wait_s: float = 0.0) -> float:
         """Sleep until a reserved slot starts and return the send time.
