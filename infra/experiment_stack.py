@@ -82,16 +82,7 @@ class ExperimentStack(Stack):
             self,
             "Workers",
             settings=settings,
-            environment=HandlerSettings(
-                exp_id=exp_id,
-                results_bucket=bucket.bucket_name,
-                sessions_table=self.sessions_table.table_name,
-                budget_table=BUDGET_TABLE.name,
-                runtime_arn=runtime.agent_runtime_arn,
-                dispatch_queue_url=self.dispatch.queue.queue_url,
-                tps_limit=settings.tps_limit,
-                session_budget=settings.session_budget,
-            ).to_env(),
+            environment=self._handler_environment(settings),
             runtime=runtime,
             dispatch=self.dispatch,
             finisher_inbox=self.finisher_inbox,
@@ -136,6 +127,19 @@ class ExperimentStack(Stack):
         )
         self._outputs()
         self._acknowledge_nag_findings(exp_id)
+
+    def _handler_environment(self, settings: ExperimentSettings) -> dict[str, str]:
+        """The functions' ``ROLLOUTS_*`` variables (:class:`HandlerSettings`)."""
+        return HandlerSettings(
+            exp_id=settings.exp_id,
+            results_bucket=self.results_bucket.bucket_name,
+            sessions_table=self.sessions_table.table_name,
+            budget_table=BUDGET_TABLE.name,
+            runtime_arn=self.agent.runtime.agent_runtime_arn,
+            dispatch_queue_url=self.dispatch.queue.queue_url,
+            tps_limit=settings.tps_limit,
+            session_budget=settings.session_budget,
+        ).to_env()
 
     def _descriptor(self, settings: ExperimentSettings) -> ssm.StringParameter:
         """The SSM parameter holding the :class:`ExperimentDescriptor` that ``RolloutClient.for_experiment`` reads."""

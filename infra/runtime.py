@@ -12,7 +12,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from infra.nag import acknowledge, nag_arn
-from infra.settings import MUTABLE_IMAGE_TAGS, ImageDirectory, ImageTag, VpcPlacement
+from infra.settings import MISSING_IMAGE, MUTABLE_IMAGE_TAGS, ImageDirectory, ImageTag, VpcPlacement
 from rollout_contract.protocol import DEFAULT_QUALIFIER
 
 #: ACR appends '-' and 10 letters or digits to a runtime's name to make its id (AgentRuntimeId's pattern).
@@ -57,7 +57,7 @@ class AgentRuntime(Construct):
         construct_id: str,
         *,
         runtime_name: str,
-        image: ImageTag | ImageDirectory,
+        image: ImageTag | ImageDirectory | None,
         repository: ecr.IRepository,
         idle_timeout_s: int,
         max_lifetime_s: int,
@@ -94,6 +94,9 @@ class AgentRuntime(Construct):
             environment_variables=environment,
             network_configuration=self._network(vpc),
         )
+        if image is None:
+            # An error annotation fails `cdk synth` and `cdk deploy` (naming the flag) but not `cdk destroy`.
+            Annotations.of(self).add_error(MISSING_IMAGE)
         if isinstance(image, ImageTag) and image.tag in MUTABLE_IMAGE_TAGS:
             Annotations.of(self).add_warning_v2(
                 "agentcore-rollouts:mutableImageTag",
@@ -153,10 +156,14 @@ class AgentRuntime(Construct):
             acknowledge(self, f"AwsSolutions-IAM5[Resource::{resource}]", f"CDK's ACR execution role: {reason}")
 
     @staticmethod
-    def _artifact(image: ImageTag | ImageDirectory, repository: ecr.IRepository) -> agentcore.AgentRuntimeArtifact:
+    def _artifact(
+        image: ImageTag | ImageDirectory | None, repository: ecr.IRepository
+    ) -> agentcore.AgentRuntimeArtifact:
         if isinstance(image, ImageDirectory):
             return agentcore.AgentRuntimeArtifact.from_asset(image.path, platform=ecr_assets.Platform.LINUX_ARM64)
-        return agentcore.AgentRuntimeArtifact.from_ecr_repository(repository, image.tag)
+        # Without an image the synth fails (see __init__); the placeholder only lets `cdk destroy` read the app.
+        tag = "no-image-given" if image is None else image.tag
+        return agentcore.AgentRuntimeArtifact.from_ecr_repository(repository, tag)
 
     def _network(self, vpc: VpcPlacement | None) -> agentcore.RuntimeNetworkConfiguration:
         if vpc is None:

@@ -23,6 +23,12 @@ from rollout_contract.resources import AGENT_REPOSITORY_NAME
 
 #: Tags left mutable in the otherwise immutable agent repository (never a default: the image is always named).
 MUTABLE_IMAGE_TAGS = ("latest",)
+#: Why an experiment without an image cannot be synthesized for a deploy (the repository starts empty).
+MISSING_IMAGE = (
+    f"missing -c image_tag=TAG: name the agent image to run, a linux/arm64 image pushed to the ECR repository "
+    f"{AGENT_REPOSITORY_NAME!r} (README, 'Deploying to AWS'), e.g. -c image_tag=v1; or build one at deploy "
+    "time with -c agent_dir=DIR (needs Docker). `cdk destroy -c experiment=NAME` needs neither."
+)
 #: ACR's bounds for both lifecycle settings, in seconds.
 LIFECYCLE_MIN_S = 60
 LIFECYCLE_MAX_S = 28_800
@@ -92,7 +98,9 @@ class ExperimentSettings:
     """Everything that differs between two experiment stacks."""
 
     exp_id: str
-    image: ImageTag | ImageDirectory
+    #: ``None`` when no image flag was given: synth and deploy then fail naming the flag (see
+    #: :data:`MISSING_IMAGE`), while ``cdk destroy -c experiment=NAME`` still works.
+    image: ImageTag | ImageDirectory | None
     idle_timeout_s: int = DEFAULT_IDLE_TIMEOUT_S
     max_lifetime_s: int = DEFAULT_MAX_LIFETIME_S
     agent_environment: Mapping[str, str] = field(default_factory=dict)
@@ -178,7 +186,7 @@ def _number(context: Mapping[str, str | None], name: str, default: float) -> flo
     return value
 
 
-def _image(context: Mapping[str, str | None]) -> ImageTag | ImageDirectory:
+def _image(context: Mapping[str, str | None]) -> ImageTag | ImageDirectory | None:
     tag, directory = _text(context, "image_tag"), _text(context, "agent_dir")
     if tag and directory:
         raise ContextError(
@@ -186,13 +194,7 @@ def _image(context: Mapping[str, str | None]) -> ImageTag | ImageDirectory:
         )
     if directory:
         return ImageDirectory(path=directory)
-    if tag is None:
-        raise ContextError(
-            f"missing -c image_tag=TAG: name the agent image to run, a linux/arm64 image pushed to the ECR "
-            f"repository {AGENT_REPOSITORY_NAME!r} (README, 'Deploying to AWS'), e.g. -c image_tag=v1; "
-            "or build one at deploy time with -c agent_dir=DIR (needs Docker)"
-        )
-    return ImageTag(tag=tag)
+    return None if tag is None else ImageTag(tag=tag)
 
 
 def _environment(context: Mapping[str, str | None]) -> dict[str, str]:

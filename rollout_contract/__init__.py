@@ -7,6 +7,7 @@
 - ``events``: S3 "Object Created" EventBridge events, AWS's and moto's shapes.
 - ``protocol``: AgentCore Runtime headers, ping states, error codes, quotas.
 - ``resources``: resource names and shapes shared by the CDK app and the local stack.
+- ``naming``: how each AWS name is built from an experiment id, its limit, and the longest id they allow.
 - ``sessions``: the sessions-table item (attribute names, :class:`SessionState`).
 
 Pure: no boto3, no I/O, nothing read from the environment at import.

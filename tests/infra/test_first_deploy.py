@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from aws_cdk import App, Environment
-from aws_cdk.assertions import Template
+from aws_cdk.assertions import Annotations, Match, Template
 
 from infra.app import build_experiment
 from infra.nag import add_nag_checks
@@ -217,11 +217,17 @@ def test_one_experiment_in_two_regions_shares_no_account_wide_name(
 # --- 8. the image is always named ----------------------------------------------------------------------------
 
 
-def test_an_experiment_without_an_image_is_refused_naming_the_flag() -> None:
+def test_an_experiment_without_an_image_fails_synth_naming_the_flag(tmp_path: Path) -> None:
     # GIVEN an experiment flag alone (the repository starts empty: a default tag would point at nothing)
-    # WHEN / THEN the settings fail, naming the flag, the repository and the alternative
-    with pytest.raises(ContextError, match=r"missing -c image_tag=TAG.*agentcore-rollouts-agents.*-c agent_dir"):
-        experiment_settings({"experiment": "demo"})
+    settings = experiment_settings({"experiment": "demo"})
+    assert settings.image is None
+    # WHEN its stack is built
+    stack = build_experiment(App(outdir=str(tmp_path)), settings)
+    # THEN it carries an error (which fails `cdk synth` and `cdk deploy`, not `cdk destroy`) naming the flag,
+    # the repository and the alternative
+    errors = Annotations.from_stack(stack).find_error("*", Match.string_like_regexp("missing -c image_tag=TAG"))
+    assert len(errors) == 1
+    assert "agentcore-rollouts-agents" in str(errors[0].entry.data) and "-c agent_dir" in str(errors[0].entry.data)
 
 
 # --- 9. queues and logs --------------------------------------------------------------------------------------
