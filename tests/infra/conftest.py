@@ -30,6 +30,8 @@ EXPERIMENTS = ("alpha", "alpha-2")
 ACCOUNT = "123456789012"
 REGION = "us-west-2"
 MODES = ("agnostic", "bound")
+#: Per-test limit for modules using the session's synth (about a minute idle; far longer on a busy machine).
+SYNTH_TIMEOUT_S = 900
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,11 @@ from infra.settings import ContextError, experiment_settings
 from rollout_contract.naming import EXP_ID_MAX_LENGTH, EXPERIMENT_NAMES
 from rollout_contract.protocol import DEFAULT_QUALIFIER
 from rollout_contract.resources import ExperimentResources
-from tests.infra.conftest import ACCOUNT, EXPERIMENTS, MODES, REGION, Synthesized
+from tests.infra.conftest import ACCOUNT, EXPERIMENTS, MODES, REGION, SYNTH_TIMEOUT_S, Synthesized
 from tests.infra.test_infra_cli import cdk
 
-pytestmark = pytest.mark.cdk
+#: The first test also pays for the session's synth of two apps (minutes on a busy machine).
+pytestmark = [pytest.mark.cdk, pytest.mark.timeout(SYNTH_TIMEOUT_S)]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 #: AWS's advice for an SQS event source: visibility timeout at least six times the function's timeout.

@@ -19,9 +19,10 @@ from packaging.specifiers import SpecifierSet
 
 from infra.functions import RUNTIME, bundled_distributions, copy_distribution, powertools_version
 from rollout_contract.resources import HandlerSettings
-from tests.infra.conftest import Synthesized
+from tests.infra.conftest import SYNTH_TIMEOUT_S, Synthesized
 
-pytestmark = pytest.mark.cdk
+#: The first test also pays for the session's synth of two apps (minutes on a busy machine).
+pytestmark = [pytest.mark.cdk, pytest.mark.timeout(SYNTH_TIMEOUT_S)]
 
 #: What the public Powertools layer holds (v3: Powertools with its extras' pure dependencies and pydantic v2).
 LAYER_DISTRIBUTIONS = (
@@ -98,7 +99,7 @@ def test_handlers_import_and_cold_start_on_the_package_and_the_layer_alone(synth
         env={"PATH": os.environ.get("PATH", ""), **environment},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -11,10 +11,10 @@ import pytest
 
 from rollout_contract.resources import SHARED_STACK_NAME, ExperimentResources
 
-pytestmark = pytest.mark.cdk
-
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-CLI_TIMEOUT_S = 180
+#: Generous: a synth takes ~40 s on an idle machine and several minutes on a busy one.
+CLI_TIMEOUT_S = 600
+pytestmark = [pytest.mark.cdk, pytest.mark.timeout(CLI_TIMEOUT_S + 60)]
 
 
 def cdk(*args: str, outdir: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

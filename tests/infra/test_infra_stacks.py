@@ -28,10 +28,11 @@ from rollout_contract.resources import (
     QueueSpec,
     result_event_pattern,
 )
-from tests.infra.conftest import MODES, Synthesized
+from tests.infra.conftest import MODES, SYNTH_TIMEOUT_S, Synthesized
 from trainer_client.doctor import policy_lets_rule_send
 
-pytestmark = pytest.mark.cdk
+#: The first test also pays for the session's synth of two apps (minutes on a busy machine).
+pytestmark = [pytest.mark.cdk, pytest.mark.timeout(SYNTH_TIMEOUT_S)]
 
 
 def _resources(template: Template, kind: str) -> dict[str, dict[str, Any]]:
