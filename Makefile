@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine (Python 3.11+, Node 20, no AWS account):
 #   make demo   the main job on the local stack
 #   make test   the whole suite (lint, unit, CDK synth, end-to-end on the local stack)
+#   make check  the fast loop: lint and the unit tests, in parallel
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -12,7 +13,7 @@ unexport PYTHONDONTWRITEBYTECODE
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export UV_LINK_MODE := copy
 
-.PHONY: install ml-env test test-ml lint demo train-demo clean
+.PHONY: install ml-env test test-ml check lint demo train-demo clean
 
 install: $(VENV)/.installed node_modules/.installed
 
@@ -42,8 +43,17 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# pytest-xdist: one worker per core, a test file per worker at a time (module fixtures start once). The e2e tests
+# run after, one at a time: each starts a whole local stack, and two at once on 2 cores only slow each other down.
+PYTEST_WORKERS ?= auto
+PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile
+
+check: lint
+	$(BIN)/python -m pytest -q -m "not e2e and not cdk and not packaging" $(PARALLEL)
+
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not e2e" $(PARALLEL)
+	$(BIN)/python -m pytest -m e2e
 	$(MAKE) test-ml
 
 # Tests against the real frameworks' types (skipped in .venv, where the frameworks are not installed).

@@ -25,7 +25,7 @@ from local_stack._process import environment
 from local_stack.stack import DEFAULT_RUN_DIR, LocalStack, StackSettings
 from rollout_contract import validate_timeout_s
 from trainer_client import BatchItem, FailurePolicy, GroupCollector, PollSettings, RolloutClient, RolloutGroup
-from trainer_client._progress import RolloutProgress
+from trainer_client.progress import RolloutProgress
 
 __all__ = ["DemoReport", "DemoSettings", "run_demo"]
 

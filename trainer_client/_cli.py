@@ -4,7 +4,8 @@
 - ``rollouts status EXP``: queue depths, rollouts in flight, recent results.
 - ``rollouts results EXP``: export the experiment's stored results as JSONL.
 - ``rollouts doctor EXP [--canary PAYLOAD.json]``: check every hop, one line each; exit 1 on any failure.
-- ``rollouts local ...`` / ``rollouts demo``: mounted from ``local_stack.cli.add_commands`` when present.
+- ``rollouts local ...`` / ``rollouts demo``: mounted from ``local_stack.cli.add_commands`` (the one place the
+  trainer SDK depends on ``local_stack``; the commands need the ``local`` extra, and say so when it is missing).
 
 Every subcommand's parser sets ``func(args) -> int | None``; ``main`` calls it.
 """
@@ -12,7 +13,6 @@ Every subcommand's parser sets ``func(args) -> int | None``; ``main`` calls it.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from collections.abc import Sequence
@@ -27,12 +27,22 @@ from trainer_client._batch import BatchItem
 from trainer_client._client import RolloutClient
 from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S, PollSettings
 from trainer_client._exceptions import RolloutError
-from trainer_client._progress import RolloutProgress
 from trainer_client.doctor import run_doctor
+from trainer_client.progress import RolloutProgress
 
 __all__ = ["build_parser", "main"]
 
-_LOCAL_COMMANDS = "local_stack.cli"
+#: Top-level modules of the optional extras, so that a command that needs a missing one names what to install.
+_EXTRA_OF_MODULE = {
+    "starlette": "local",
+    "uvicorn": "local",
+    "moto": "local",
+    "rllm_model_gateway": "local",
+    "aws_lambda_powertools": "lambdas",
+    "bedrock_agentcore": "agent",
+    "strands": "examples",
+    "aws_cdk": "infra",
+}
 _LOCAL_HINT = 'for the local stack, run `eval "$(rollouts local status --env)"` in this shell first'
 #: Failed rollouts whose reasons ``eval`` prints at the end.
 _FAILURES_SHOWN = 5
@@ -73,6 +83,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rollouts: interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as exc:
+        module = (exc.name or "").partition(".")[0]
+        extra = _EXTRA_OF_MODULE.get(module)
+        if extra is None:
+            raise
+        print(
+            f"rollouts: error: this command needs {module!r}, from the {extra!r} extra: "
+            f"pip install 'agentcore-rollouts[{extra}]'",
+            file=sys.stderr,
+        )
+        return 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,15 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _mount_local_commands(commands: argparse._SubParsersAction) -> None:
-    try:
-        module = importlib.import_module(_LOCAL_COMMANDS)
-    except ModuleNotFoundError as exc:
-        if exc.name in (_LOCAL_COMMANDS, _LOCAL_COMMANDS.partition(".")[0]):
-            return
-        raise
-    add_commands = getattr(module, "add_commands", None)
-    if callable(add_commands):
-        add_commands(commands)
+    # local_stack ships in the same distribution and its cli module imports nothing heavy; what the commands
+    # need beyond the trainer extra is imported when they run (main() names the extra if it is missing).
+    from local_stack.cli import add_commands
+
+    add_commands(commands)
 
 
 def _add_experiment(parser: argparse.ArgumentParser) -> None:

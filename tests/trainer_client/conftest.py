@@ -1,4 +1,8 @@
-"""An experiment in moto, built from the contract's definitions, and a backend that plays dispatcher + agent."""
+"""An experiment in moto, built from the contract's definitions, and a backend that plays dispatcher + agent.
+
+One moto server per test session (per xdist worker), reset before each test: cheaper than starting moto's
+in-process mock for every test, and the clients talk HTTP to it as they do to AWS.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +13,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import boto3
+import httpx
 import pytest
-from moto import mock_aws
+from moto.server import ThreadedMotoServer
 
 from rollout_contract import (
     CancelRequest,
@@ -33,21 +38,32 @@ RUNTIME_ARN = "arn:aws:bedrock-agentcore:us-east-1:123456789012:runtime/test-abc
 FAST_POLL = PollSettings(wait_time_s=1, idle_backoff_s=0.05)
 
 
+@pytest.fixture(scope="session")
+def moto_url() -> Iterator[str]:
+    """A moto server on a free port for the whole session."""
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
 @pytest.fixture(autouse=True)
-def aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def aws_env(monkeypatch: pytest.MonkeyPatch, moto_url: str) -> Iterator[None]:
+    """Point boto3 at the session's moto server, emptied for this test."""
     for name in (
         "AWS_PROFILE",
-        "AWS_ENDPOINT_URL",
         "AWS_ENDPOINT_URL_SQS",
         "AWS_ENDPOINT_URL_S3",
         "AWS_ENDPOINT_URL_SSM",
     ):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_url)
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    with mock_aws():
-        yield
+    httpx.post(f"{moto_url}/moto-api/reset", timeout=30, trust_env=False).raise_for_status()
+    yield
 
 
 def create_experiment(exp_id: str = EXP_ID, bucket: str = BUCKET) -> ExperimentDescriptor:

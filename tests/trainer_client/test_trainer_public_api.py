@@ -9,6 +9,7 @@ import pytest
 from botocore.exceptions import ClientError as BotoClientError
 
 from rollout_contract import InvalidIdError, Status
+from rollout_contract.ids import EXP_ID_MAX_LENGTH
 from rollout_contract.messages import SQS_MAX_INLINE_PAYLOAD_BYTES
 from trainer_client import AwsError, RolloutClient, RolloutClientError, RolloutError, SubmitError
 
@@ -63,7 +64,11 @@ def test_rollout_config_may_not_set_the_fields_the_client_owns(client):
 
 @pytest.mark.parametrize(
     ("exp_id", "rule"),
-    [("gsm8k_grpo", "lowercase letters, digits and hyphens"), ("GSM8K", "lowercase"), ("a" * 41, "1-40")],
+    [
+        ("gsm8k_grpo", "lowercase letters, digits and hyphens"),
+        ("GSM8K", "lowercase"),
+        ("a" * (EXP_ID_MAX_LENGTH + 1), f"1-{EXP_ID_MAX_LENGTH}"),
+    ],
 )
 def test_experiment_ids_art_accepts_but_the_contract_refuses_fail_at_construction(descriptor, exp_id, rule):
     # ART sends such an id and learns only "Received error (400) from runtime"; here the rule is named first

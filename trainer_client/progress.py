@@ -1,4 +1,4 @@
-"""The progress bar of the ``rollouts`` commands."""
+"""A progress bar for a batch of rollouts (public: the ``rollouts`` commands and the local demo use it)."""
 
 from __future__ import annotations
 
