@@ -17,11 +17,21 @@ export UV_LINK_MODE := copy
 
 install: $(VENV)/.installed node_modules/.installed
 
+# aws-cdk-lib and its dependency aws-cdk.cloud-assembly-schema both ship aws_cdk/cloud_assembly_schema/__init__.py;
+# uv installs in parallel, so either may win, and with the standalone one jsii cannot read aws-cdk-lib's assembly
+# types (`Unknown interface: aws-cdk-lib.cloud_assembly_schema.MetadataEntry`). Reinstalling aws-cdk-lib last makes
+# its copy win every time.
+# $(call cdk_lib_wins,BIN_DIR)
+cdk_lib_wins = $(1)/uv pip install --quiet --python $(1)/python --compile-bytecode --no-deps \
+	--reinstall-package aws-cdk-lib \
+	"aws-cdk-lib==$$($(1)/python -c 'import importlib.metadata as m; print(m.version("aws-cdk-lib"))')"
+
 # requirements/functions.txt pins what the Lambda functions ship and run (infra/functions.py), so the suite runs it too.
 $(VENV)/.installed: pyproject.toml requirements/functions.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode -e '.[dev]' -c requirements/functions.txt
+	$(call cdk_lib_wins,$(BIN))
 	touch $@
 
 node_modules/.installed: package.json package-lock.json
@@ -37,6 +47,7 @@ $(ML_VENV)/.installed: pyproject.toml requirements/ml.txt
 	$(ML_BIN)/python -m pip install --quiet --disable-pip-version-check torch==2.13.0 uv
 	$(ML_BIN)/uv pip install --quiet --python $(ML_BIN)/python --compile-bytecode -e '.[dev]' -r requirements/ml.txt
 	$(ML_BIN)/uv pip install --quiet --python $(ML_BIN)/python --compile-bytecode --no-deps verl==0.9.1
+	$(call cdk_lib_wins,$(ML_BIN))
 	touch $@
 
 lint: install
