@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -11,6 +12,7 @@ from e2e_support import connect, emulator_counters, scripted_stack, serving, wai
 
 from local_stack._process import pid_alive
 from local_stack.stack import LocalStack
+from local_stack.worker import WorkerSettings
 from rollout_contract import Status
 
 pytestmark = pytest.mark.e2e
@@ -37,8 +39,12 @@ def test_sigkilled_workers_are_restarted_and_rollouts_still_complete_and_get_sto
     for pid in killed.values():
         os.kill(pid, signal.SIGKILL)
     stops_before = emulator_counters(stack)["stops"]
+    # A killed environment's SQS long poll stays open in the queue service until its wait ends, and a message that
+    # arrives meanwhile is taken by it and comes back only after the queue's visibility timeout (6 function
+    # timeouts, as in AWS; that path is the soak benchmark's). Submitting after those polls end tests the restart.
+    time.sleep(WorkerSettings().wait_time_s + 1.0)
 
-    # WHEN rollouts are submitted right after
+    # WHEN rollouts are submitted to the replaced environments
     with connect(stack, EXP) as client:
         futures = client.submit([({"action": "succeed", "sleep_s": 0.5}, f"sup-{i}") for i in range(3)], timeout=60)
         results = [future.result(timeout=180) for future in futures]
