@@ -8,6 +8,7 @@ point at the emulator instead.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ __all__ = [
     "endpoints_for",
     "moto_process",
     "report_eventbridge_switch",
+    "serialize_dynamodb",
 ]
 
 LOCAL_REGION = "us-east-1"
@@ -75,7 +77,7 @@ def moto_process(log_path: Path, base_env: Mapping[str, str], *, port: int | Non
 
     The server's account id is :data:`LOCAL_ACCOUNT_ID`, so queue and rule ARNs match the emulator's. It is
     moto's own server, started through this module's ``__main__`` so that :func:`report_eventbridge_switch`
-    applies.
+    and :func:`serialize_dynamodb` apply.
     """
     port = port or free_port()
     url = f"http://{LOCALHOST}:{port}"
@@ -118,8 +120,35 @@ def report_eventbridge_switch() -> None:
     setattr(S3Response, "get_bucket_notification", get_bucket_notification)  # noqa: B010 - a method, for mypy
 
 
+def serialize_dynamodb() -> None:
+    """Make moto's DynamoDB answer one request at a time, so its transactions are atomic as DynamoDB's are.
+
+    moto 5.2's server runs requests on threads, and ``TransactWriteItems`` applies its items one by one and
+    rolls a failed transaction back by putting back a copy of each whole table taken when it began. Two
+    requests at once then corrupt the table: a failed transaction's rollback erases what other requests
+    wrote meanwhile, or resurrects another transaction's half-applied items (a rollout left ``admitted``
+    by an admit that reported "no free slot"), and copying a table while another thread writes it fails
+    with HTTP 500. One lock around every DynamoDB request rules all of that out; moto serves a request
+    in a few milliseconds, so DynamoDB throughput stays what one moto thread gives under the GIL anyway.
+    """
+    from moto.dynamodb.responses import DynamoHandler
+
+    answer = DynamoHandler.call_action
+    if getattr(answer, "serialized", False):
+        return
+    lock = threading.Lock()
+
+    def call_action(self: Any) -> Any:
+        with lock:
+            return answer(self)
+
+    call_action.serialized = True  # type: ignore[attr-defined]
+    setattr(DynamoHandler, "call_action", call_action)  # noqa: B010 - a method, for mypy
+
+
 if __name__ == "__main__":
     from moto.server import main
 
     report_eventbridge_switch()
+    serialize_dynamodb()
     main()

@@ -1,0 +1,65 @@
+"""The moto server process behaves as the AWS services the pipeline relies on, where moto alone does not."""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+from botocore.exceptions import ClientError
+
+from local_stack.provision import AwsClients
+
+CONCURRENT_REQUESTS = 16
+
+
+def test_dynamodb_transactions_stay_atomic_under_concurrent_requests(aws: AwsClients) -> None:
+    # GIVEN a table with a counter, and many transactions that each put an item and then fail on the
+    # counter's condition (as an admit does when no session slot is free), while plain puts run alongside
+    table = f"atomic-{uuid.uuid4().hex[:8]}"
+    aws.dynamodb.create_table(
+        TableName=table,
+        KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    aws.dynamodb.put_item(TableName=table, Item={"k": {"S": "count"}, "n": {"N": "0"}})
+    server_errors: list[str] = []
+
+    def put(i: int) -> None:
+        aws.dynamodb.put_item(TableName=table, Item={"k": {"S": f"kept-{i}"}})
+
+    def failing_transaction(i: int) -> None:
+        try:
+            aws.dynamodb.transact_write_items(
+                TransactItems=[
+                    {"Put": {"TableName": table, "Item": {"k": {"S": f"rolled-back-{i}"}}}},
+                    {
+                        "Update": {
+                            "TableName": table,
+                            "Key": {"k": {"S": "count"}},
+                            "UpdateExpression": "SET n = n + :one",
+                            "ConditionExpression": "n < :zero",
+                            "ExpressionAttributeValues": {":one": {"N": "1"}, ":zero": {"N": "0"}},
+                        }
+                    },
+                ]
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "TransactionCanceledException":
+                server_errors.append(exc.response["Error"]["Code"])
+
+    # WHEN they all run at once against the moto server process
+    with ThreadPoolExecutor(CONCURRENT_REQUESTS) as pool:
+        calls = [pool.submit(put, i) for i in range(400)] + [pool.submit(failing_transaction, i) for i in range(400)]
+        for call in calls:
+            call.result()
+
+    # THEN every failed transaction left nothing behind, every put is kept, and none failed inside moto
+    keys = [
+        item["k"]["S"]
+        for page in aws.dynamodb.get_paginator("scan").paginate(TableName=table)
+        for item in page["Items"]
+    ]
+    assert server_errors == []
+    assert not [key for key in keys if key.startswith("rolled-back-")]
+    assert sorted(key for key in keys if key.startswith("kept-")) == sorted(f"kept-{i}" for i in range(400))
