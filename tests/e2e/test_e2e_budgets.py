@@ -40,3 +40,27 @@ def test_a_full_session_budget_makes_rollouts_wait_then_run_and_throttling_is_re
     counters = emulator_counters(stack)
     assert counters["throttles"] >= 1
     assert counters["starts"] == 6
+
+
+def test_a_backlog_longer_than_the_timeout_drains_and_a_dead_agent_times_out_at_its_deadline(
+    stack: LocalStack,
+) -> None:
+    # GIVEN 2 session slots and 1 runtime call per second: 8 rollouts need at least 16 s (an invoke and a
+    # stop each), four times their 4 s timeout; the last one's agent dies without a result
+    timeout_s = 4.0
+    items = [({"action": "succeed", "sleep_s": 0.2}, f"backlog-{i}") for i in range(7)]
+    items.append(({"action": "crash"}, "backlog-dies"))
+    # WHEN they are submitted at once
+    with connect(stack, EXP) as client:
+        futures = client.submit(items, timeout=timeout_s)
+        results = [future.result(timeout=240) for future in futures]
+    # THEN the backlog outlasted the timeout, yet every timeout ran from its rollout's start: the seven live
+    # agents succeed, and the dead one ends timed_out soon after its own deadline (the sweeper runs every second)
+    first_submit = min(r.timings.submitted_at for r in results if r.timings.submitted_at is not None)
+    last_start = max(r.timings.dispatched_at for r in results if r.timings.dispatched_at is not None)
+    assert last_start - first_submit > timeout_s
+    assert [r.status for r in results[:7]] == [Status.SUCCEEDED] * 7
+    dead = results[7]
+    assert dead.status is Status.TIMED_OUT
+    assert dead.timings.dispatched_at is not None and dead.timings.finished_at is not None
+    assert 0 <= dead.timings.finished_at - (dead.timings.dispatched_at + timeout_s) < 15
