@@ -25,6 +25,7 @@ __all__ = [
     "aws_env",
     "endpoints_for",
     "moto_process",
+    "prompt_revisible_messages",
     "report_eventbridge_switch",
     "serialize_dynamodb",
 ]
@@ -76,8 +77,8 @@ def moto_process(log_path: Path, base_env: Mapping[str, str], *, port: int | Non
     """Describe a ``moto_server`` child on 127.0.0.1 (a free port unless ``port`` is given).
 
     The server's account id is :data:`LOCAL_ACCOUNT_ID`, so queue and rule ARNs match the emulator's. It is
-    moto's own server, started through this module's ``__main__`` so that :func:`report_eventbridge_switch`
-    and :func:`serialize_dynamodb` apply.
+    moto's own server, started through this module's ``__main__`` so that :func:`report_eventbridge_switch`,
+    :func:`serialize_dynamodb` and :func:`prompt_revisible_messages` apply.
     """
     port = port or free_port()
     url = f"http://{LOCALHOST}:{port}"
@@ -146,9 +147,35 @@ def serialize_dynamodb() -> None:
     setattr(DynamoHandler, "call_action", call_action)  # noqa: B010 - a method, for mypy
 
 
+def prompt_revisible_messages() -> None:
+    """Make a long-polling ``ReceiveMessage`` return a message as soon as it is visible again, as SQS does.
+
+    moto 5.2's long poll wakes when a message is sent, and otherwise re-checks the queue once a second, so
+    a message whose visibility timeout ran out (a requeue with a 1 s delay, a dispatcher's lease) waited up
+    to a second more for a poller that was already waiting. This wakes the poller when the next in-flight or
+    delayed message of the queue becomes visible, never later than moto's own second.
+    """
+    from moto.core.utils import unix_time_millis
+    from moto.sqs.models import Queue
+
+    if getattr(Queue.wait_for_messages, "prompt", False):
+        return
+
+    def wait_for_messages(self: Any, timeout: float) -> None:
+        now = unix_time_millis()
+        upcoming = [at for m in list(self._messages) if (at := max(m.visible_at, m.delayed_until)) > now]
+        wait_s = min(timeout, (min(upcoming) - now) / 1000 + 0.001) if upcoming else timeout
+        with self._messages_lock:
+            self._messages_lock.wait_for(lambda: self.messages, timeout=wait_s)
+
+    wait_for_messages.prompt = True  # type: ignore[attr-defined]
+    setattr(Queue, "wait_for_messages", wait_for_messages)  # noqa: B010 - a method, for mypy
+
+
 if __name__ == "__main__":
     from moto.server import main
 
     report_eventbridge_switch()
     serialize_dynamodb()
+    prompt_revisible_messages()
     main()
