@@ -50,10 +50,11 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from examples.math_agent.dataset import synthetic
+from examples.math_agent.local import MATH_AGENT
 from local_stack._process import environment
 from local_stack.model_endpoint import EndpointSettings
 from local_stack.moto_server import DUMMY_CREDENTIALS, LOCAL_REGION
-from local_stack.stack import DEFAULT_RUN_DIR, LocalStack, StackSettings
+from local_stack.stack import DEFAULT_RUN_DIR, LocalStack
 from trainer_client import AwsClients, ClientResult, PollSettings, RolloutClient, RolloutFuture
 
 EXP_ID = "bench"
@@ -254,7 +255,7 @@ def run_kind(kind: RolloutKind, settings: BenchSettings) -> KindReport:
     """Start a local stack for ``kind``, measure its rollouts and stop the stack."""
     run_dir = settings.run_dir / f"bench-{kind.name}"
     stack = LocalStack(
-        StackSettings(
+        MATH_AGENT.settings(
             run_dir=run_dir,
             experiments=(EXP_ID,),
             model=EndpointSettings(latency_s=kind.model_latency_s),

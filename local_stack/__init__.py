@@ -5,9 +5,11 @@
 - ``provision``: :func:`provision_shared` and :func:`provision_experiment`, from ``rollout_contract.resources``.
 - ``worker``: the local Lambda worker (``python -m local_stack.worker --exp NAME``).
 - ``model_endpoint``: the offline stand-in for vLLM (``python -m local_stack.model_endpoint``).
+- ``problems``: the word problems the stand-in model solves, and their seeded generator.
+- ``hosting``: what the caller gives the stack to host: :class:`LocalAgent`, :class:`DemoTask`.
 - ``gateway``: rllm-model-gateway as a process, and :func:`session_base_url`.
 - ``acr_emulator``: the AgentCore Runtime emulator (``python -m local_stack.acr_emulator serve``).
-- ``cli``: ``rollouts local up|down|status``.
+- ``cli``: ``rollouts local up|down|status`` and ``rollouts demo``.
 
 Names load lazily, so ``import local_stack`` (and mounting the CLI commands) imports nothing heavy.
 """
@@ -18,6 +20,8 @@ import importlib
 from typing import Any
 
 __all__ = [
+    "DemoTask",
+    "LocalAgent",
     "LocalStack",
     "StackSettings",
     "aws_env",
@@ -29,6 +33,8 @@ __all__ = [
 ]
 
 _HOMES = {
+    "DemoTask": "local_stack.hosting",
+    "LocalAgent": "local_stack.hosting",
     "LocalStack": "local_stack.stack",
     "StackSettings": "local_stack.stack",
     "start": "local_stack.stack",

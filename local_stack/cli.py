@@ -1,8 +1,10 @@
-"""``rollouts local up|down|status``: the local stack as detached processes, recorded in ``state.json``.
+"""``rollouts local up|down|status`` and ``rollouts demo``: the local stack as detached processes; the demo.
 
 ``up`` starts the stack (see :mod:`local_stack.stack`) and returns, leaving the processes running;
 ``down`` stops them; ``status`` says which are alive and, with ``--env``, prints the ``export`` lines a
-trainer shell needs. Heavy imports happen inside the commands, so mounting them costs nothing.
+trainer shell needs; ``demo`` runs :mod:`local_stack.demo`. The caller gives the agent and the demo's dataset
+(a :class:`~local_stack.hosting.DemoTask`; ``up`` hosts its agent). Heavy imports happen inside the commands,
+so mounting them costs nothing.
 """
 
 from __future__ import annotations
@@ -14,15 +16,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from local_stack.hosting import DemoTask
+
 __all__ = ["STATE_FILE", "add_commands", "read_state"]
 
 STATE_FILE = "state.json"
 _DEFAULT_RUN_DIR = Path(".local-stack")
 
 
-def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``local up|down|status`` and ``demo`` to the ``rollouts`` parser's subcommands."""
-    _add_demo(subparsers)
+def add_commands(subparsers: argparse._SubParsersAction, demo: DemoTask) -> None:
+    """Add ``local up|down|status`` and ``demo`` to the ``rollouts`` parser's subcommands.
+
+    ``demo`` is what ``rollouts demo`` runs; ``rollouts local up`` hosts its agent.
+    """
+    _add_demo(subparsers, demo)
     local = subparsers.add_parser("local", help="run the whole pipeline on this machine (no AWS account)")
     actions = local.add_subparsers(title="actions", metavar="ACTION")
     local.set_defaults(func=lambda _args: _print_help(local))
@@ -57,7 +64,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "--tps-limit", type=float, help="dispatchers' invoke budget if not --invoke-tps (to test a mismatch)"
     )
     quota.add_argument("--session-budget", type=int, help="dispatchers' session budget if not --max-sessions")
-    up.set_defaults(func=_up)
+    up.set_defaults(func=_up, agent=demo.agent)
 
     down = actions.add_parser("down", help="stop the local stack")
     _add_run_dir(down)
@@ -69,21 +76,21 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     status.set_defaults(func=_status)
 
 
-def _add_demo(subparsers: argparse._SubParsersAction) -> None:
+def _add_demo(subparsers: argparse._SubParsersAction, task: DemoTask) -> None:
     demo = subparsers.add_parser(
-        "demo", help="bring the local stack up, run the math agent in GRPO groups, summarize, shut down"
+        "demo", help=f"bring the local stack up, run {task.agent.name} in GRPO groups, summarize, shut down"
     )
-    demo.add_argument("--prompts", type=int, default=16, help="bundled math problems (16)")
+    demo.add_argument("--prompts", type=int, default=16, help="dataset prompts (16)")
     demo.add_argument("--samples", type=int, default=4, help="samples per prompt, the GRPO group size (4)")
     demo.add_argument("--concurrency", type=int, default=16, help="rollouts in flight at most (16)")
     demo.add_argument("--temperature", type=float, default=0.8, help="sampling temperature (0.8)")
     demo.add_argument("--timeout", type=float, default=120.0, help="seconds each rollout may take (120)")
     demo.add_argument("--seed", type=int, default=0, help="dataset seed (0)")
     demo.add_argument("--model-url", help="use this OpenAI-compatible endpoint (http://host:port/v1), not the stand-in")
-    demo.add_argument("--model-id", default="stand-in-math", help="model name sent to the endpoint")
+    demo.add_argument("--model-id", default=task.model_id, help=f"model name sent to the endpoint ({task.model_id})")
     demo.add_argument("--output", type=Path, help="results JSONL (default: results/demo-<time>.jsonl)")
     _add_run_dir(demo)
-    demo.set_defaults(func=_demo)
+    demo.set_defaults(func=_demo, task=task)
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -107,7 +114,7 @@ def _demo(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"rollouts demo: {exc}", file=sys.stderr)
         return 2
-    report = run_demo(settings)
+    report = run_demo(args.task, settings)
     return 0 if report.by_status.get("succeeded", 0) > 0 else 1
 
 
@@ -173,12 +180,12 @@ def _alive(process: dict[str, Any]) -> bool:
 
 def _up(args: argparse.Namespace) -> int:
     from local_stack.model_endpoint import EndpointSettings
-    from local_stack.stack import LocalStack, StackSettings
+    from local_stack.stack import LocalStack
 
     if _already_running(args.run_dir) or not _run_dir_usable(args.run_dir, "rollouts local up"):
         return 1
     try:
-        settings = StackSettings(
+        settings = args.agent.settings(
             run_dir=args.run_dir,
             experiments=tuple(args.exp or ("demo",)),
             model_base_url=args.model_url,
@@ -216,8 +223,6 @@ def quota_settings(
     Raises:
         ValueError: a value that is not positive.
     """
-    from local_stack.stack import EXAMPLE_AGENT_PRELOAD
-
     for name, value in (
         ("--invoke-tps", invoke_tps),
         ("--max-sessions", max_sessions),
@@ -226,7 +231,7 @@ def quota_settings(
     ):
         if value is not None and not value > 0:
             raise ValueError(f"{name} must be positive, got {value}")
-    runtime: dict[str, Any] = {"preload": EXAMPLE_AGENT_PRELOAD}
+    runtime: dict[str, Any] = {}
     emulator: dict[str, Any] = {}
     if invoke_tps is not None:
         runtime["invoke_tps"] = invoke_tps

@@ -1,9 +1,10 @@
-"""``rollouts demo`` (``make demo``): the math agent in GRPO groups through the whole local pipeline.
+"""``rollouts demo`` (``make demo``): an agent in GRPO groups through the whole local pipeline.
 
-Brings the local stack up, runs ``prompts x samples`` rollouts of the example math agent through the
-real path (dispatch queue -> dispatcher -> ACR emulator -> agent -> S3 -> EventBridge -> SQS -> trainer,
-with the finisher stopping sessions and the gateway capturing token ids), shows a progress bar, prints a
-summary, writes every result as JSONL, and shuts everything down.
+Brings the local stack up, runs ``prompts x samples`` rollouts of the caller's :class:`DemoTask` (the
+``rollouts`` command gives the example math agent, ``examples.math_agent.local``) through the real path
+(dispatch queue -> dispatcher -> ACR emulator -> agent -> S3 -> EventBridge -> SQS -> trainer, with the
+finisher stopping sessions and the gateway capturing token ids), shows a progress bar, prints a summary,
+writes every result as JSONL, and shuts everything down.
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ from typing import TextIO
 
 import httpx
 
-from examples.math_agent.dataset import synthetic
 from local_stack._process import environment
-from local_stack.stack import DEFAULT_RUN_DIR, LocalStack, StackSettings
+from local_stack.hosting import DemoTask
+from local_stack.stack import DEFAULT_RUN_DIR, LocalStack
 from rollout_contract import validate_timeout_s
 from trainer_client import BatchItem, FailurePolicy, GroupCollector, PollSettings, RolloutClient, RolloutGroup
 from trainer_client.progress import RolloutProgress
 
-__all__ = ["DemoReport", "DemoSettings", "run_demo"]
+__all__ = ["DemoReport", "DemoSettings", "DemoTask", "run_demo"]
 
 DEMO_EXPERIMENT = "demo"
 #: How long the demo waits, after the last result, for the finisher to stop the last sessions.
@@ -39,7 +40,7 @@ class DemoSettings:
     """What the demo runs.
 
     Attributes:
-        prompts: bundled math problems to use (generated with ``seed``).
+        prompts: dataset prompts to use (the task's dataset, generated with ``seed``).
         samples_per_prompt: GRPO group size.
         concurrency: rollouts in flight at most.
         temperature: sampling temperature (the stand-in model's error rate grows with it).
@@ -47,7 +48,7 @@ class DemoSettings:
         seed: dataset seed.
         policy: what to do with groups that have failed members.
         model_url: a real OpenAI-compatible endpoint (``http://host:port/v1``) instead of the stand-in.
-        model_id: the model name sent to the endpoint.
+        model_id: the model name sent to the endpoint (default: the task's).
         run_dir: the local stack's logs and state.
         output: where the results go (default: ``results/demo-<UTC time>.jsonl``).
     """
@@ -60,7 +61,7 @@ class DemoSettings:
     seed: int = 0
     policy: FailurePolicy = FailurePolicy.DROP_FAILED
     model_url: str | None = None
-    model_id: str = "stand-in-math"
+    model_id: str | None = None
     run_dir: Path = DEFAULT_RUN_DIR
     output: Path | None = None
 
@@ -140,14 +141,14 @@ class DemoReport:
         out.write("\n".join(lines) + "\n")
 
 
-def run_demo(settings: DemoSettings, out: TextIO = sys.stdout) -> DemoReport:
-    """Run the demo end to end and return what it measured (the local stack is stopped on return)."""
+def run_demo(task: DemoTask, settings: DemoSettings, out: TextIO = sys.stdout) -> DemoReport:
+    """Run ``task`` end to end and return what it measured (the local stack is stopped on return)."""
     report = DemoReport()
     started = time.monotonic()
     output = settings.output or Path("results") / f"demo-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.jsonl"
     output.parent.mkdir(parents=True, exist_ok=True)
     report.output = output
-    stack_settings = StackSettings(
+    stack_settings = task.agent.settings(
         run_dir=settings.run_dir,
         experiments=(DEMO_EXPERIMENT,),
         model_base_url=settings.model_url,
@@ -160,12 +161,10 @@ def run_demo(settings: DemoSettings, out: TextIO = sys.stdout) -> DemoReport:
             f"stack up in {report.startup_s:.1f} s; running {settings.prompts} prompts x "
             f"{settings.samples_per_prompt} samples\n"
         )
-        rows = synthetic(settings.prompts, seed=settings.seed)
-        payloads = [{"prompt": row["prompt"], "answer": row["answer"]} for row in rows]
+        prompts = task.dataset(settings.prompts, settings.seed)
         run_started = time.monotonic()
         progress = RolloutProgress(settings.prompts * settings.samples_per_prompt)
         collector = GroupCollector(settings.samples_per_prompt, settings.policy, eps=1e-6)
-        input_ids = [f"problem-{row['idx']}" for row in rows for _ in range(settings.samples_per_prompt)]
         with (
             environment(stack.env),
             RolloutClient.for_experiment(
@@ -174,11 +173,11 @@ def run_demo(settings: DemoSettings, out: TextIO = sys.stdout) -> DemoReport:
             output.open("w", encoding="utf-8") as sink,
         ):
             items = client.run_batch(
-                [payload for payload in payloads for _ in range(settings.samples_per_prompt)],
+                [dict(payload) for _, payload in prompts for _ in range(settings.samples_per_prompt)],
                 settings.concurrency,
                 settings.timeout_s,
-                input_ids=input_ids,
-                model_id=settings.model_id,
+                input_ids=[input_id for input_id, _ in prompts for _ in range(settings.samples_per_prompt)],
+                model_id=settings.model_id or task.model_id,
             )
             for item in items:
                 progress.update(item)

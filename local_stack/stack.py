@@ -6,7 +6,9 @@ Processes, each on 127.0.0.1 with a port the OS chose, logs under the run direct
   (:mod:`local_stack.provision`) of the shared resources and every experiment;
 - ``model``: the stand-in model (:mod:`local_stack.model_endpoint`), unless a real endpoint is given;
 - ``gateway``: the token gateway in front of the model (:mod:`local_stack.gateway`);
-- ``emulator``: the ACR emulator hosting the example math agent, one runtime per experiment;
+- ``emulator``: the ACR emulator hosting the caller's agent (``agent_command``, or a
+  :class:`~local_stack.hosting.LocalAgent`'s :meth:`~local_stack.hosting.LocalAgent.settings`), one runtime per
+  experiment;
 - ``worker-<exp>`` (finisher and sweeper) and ``worker-<exp>-dispatcher-<i>``: the local Lambda workers of
   each experiment (:mod:`local_stack.worker`), one process per execution environment, each under a
   supervisor (:mod:`local_stack.supervisor`) that starts a new one when it dies, as Lambda does.
@@ -28,6 +30,7 @@ from typing import Any
 
 from local_stack._process import LOCALHOST, ManagedProcess, http_ready
 from local_stack.gateway import gateway_process
+from local_stack.hosting import DEFAULT_AGENT_NAME, validate_agent_name
 from local_stack.model_endpoint import EndpointSettings
 from local_stack.model_endpoint.process import model_endpoint_process
 from local_stack.moto_server import (
@@ -47,23 +50,11 @@ __all__ = ["DEFAULT_RUN_DIR", "PROJECT_ROOT", "LocalStack", "StackSettings", "ru
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RUN_DIR = Path(".local-stack")
-EXAMPLE_AGENT = PROJECT_ROOT / "examples" / "math_agent" / "rl_app.py"
-EXAMPLE_RUNTIME_NAME = "math_agent"
-#: What the example agent's sessions are forked from (the emulator's fork-server mode): its libraries,
-#: imported once instead of once per session (about 1 s of CPU each).
-EXAMPLE_AGENT_PRELOAD = (
-    "boto3",
-    "uvicorn",
-    "bedrock_agentcore.runtime",
-    "strands",
-    "strands.models.openai",
-    "agent_app",
-    "examples.math_agent.agent",
-)
 
 
-def runtime_arn(exp_id: str, name: str = EXAMPLE_RUNTIME_NAME) -> str:
-    """Return the local runtime ARN of experiment ``exp_id``'s agent (ACR's ARN form)."""
+def runtime_arn(exp_id: str, agent_name: str = DEFAULT_AGENT_NAME) -> str:
+    """Return the local runtime ARN of experiment ``exp_id``'s agent ``agent_name`` (ACR's ARN form)."""
+    name = validate_agent_name(agent_name)
     return f"arn:aws:bedrock-agentcore:{LOCAL_REGION}:{LOCAL_ACCOUNT_ID}:runtime/{name}-{validate_exp_id(exp_id)}"
 
 
@@ -79,7 +70,8 @@ class StackSettings:
         gateway: put the token gateway in front of the model.
         emulator: run the ACR emulator (tests of the other parts turn it off).
         workers: run a Lambda worker per experiment.
-        agent_command: the agent process each session runs (default: this Python on the example agent).
+        agent_name: the agent's runtime name; its ARN is ``runtime/<agent_name>-<exp_id>`` (:func:`runtime_arn`).
+        agent_command: the agent process each session runs (needed with the emulator); it listens on ``PORT``.
         handlers: dotted handler paths per role (``dispatcher``, ``finisher``, ``sweeper``).
         dispatcher_environments: dispatcher worker processes per experiment. Each is one Lambda execution
             environment (one invocation at a time, batch records handled in parallel inside it), like
@@ -90,8 +82,7 @@ class StackSettings:
         tps_limit: the dispatchers' invoke budget per runtime (default: ``HandlerSettings``'s, ACR's 25/s).
         session_budget: the dispatchers' active-session budget (default: ``HandlerSettings``'s).
         runtime_options: more ``RuntimeConfig`` fields for every runtime of the emulator (``invoke_tps``,
-            ``warm_pool_size``, ``preload``, ``idle_timeout_s``, ``cold_start_delay``, ...); by default the
-            example agent's libraries are preloaded (:data:`EXAMPLE_AGENT_PRELOAD`).
+            ``warm_pool_size``, ``preload``, ``idle_timeout_s``, ``cold_start_delay``, ...).
         emulator_options: more ``EmulatorConfig`` fields (``max_active_sessions``, ...).
     """
 
@@ -102,7 +93,8 @@ class StackSettings:
     gateway: bool = True
     emulator: bool = True
     workers: bool = True
-    agent_command: tuple[str, ...] = (sys.executable, str(EXAMPLE_AGENT))
+    agent_name: str = DEFAULT_AGENT_NAME
+    agent_command: tuple[str, ...] = ()
     handlers: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_HANDLERS))
     dispatcher_environments: int = 2
     sweep_interval_s: float = 5.0
@@ -110,7 +102,7 @@ class StackSettings:
     ready_timeout_s: float = 60.0
     tps_limit: float | None = None
     session_budget: int | None = None
-    runtime_options: Mapping[str, Any] = field(default_factory=lambda: {"preload": EXAMPLE_AGENT_PRELOAD})
+    runtime_options: Mapping[str, Any] = field(default_factory=dict)
     emulator_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -122,6 +114,12 @@ class StackSettings:
             raise ValueError(f"dispatcher_environments must be at least 1, got {self.dispatcher_environments}")
         for exp_id in self.experiments:
             validate_exp_id(exp_id)
+        validate_agent_name(self.agent_name)
+        if self.emulator and not self.agent_command:
+            raise ValueError(
+                "the emulator needs the agent to host: give agent_command (or use LocalAgent(...).settings(...)), "
+                "or emulator=False"
+            )
         unknown = set(self.handlers) - set(DEFAULT_HANDLERS)
         if unknown:
             raise ValueError(f"unknown handler roles {sorted(unknown)}; use {sorted(DEFAULT_HANDLERS)}")
@@ -230,7 +228,7 @@ class LocalStack:
                 clients,
                 exp_id,
                 region=LOCAL_REGION,
-                runtime_arn=runtime_arn(exp_id),
+                runtime_arn=runtime_arn(exp_id, self.settings.agent_name),
                 endpoints=endpoints,
                 gateway_url=self.gateway_url,
             )
@@ -242,7 +240,7 @@ class LocalStack:
         return self.moto_url
 
     def emulator_config(self) -> dict[str, Any]:
-        """The ACR emulator's config: the example agent registered once per experiment."""
+        """The ACR emulator's config: the agent registered once per experiment."""
         agent_env = {
             "AWS_ENDPOINT_URL_S3": self._moto_url(),
             "AWS_REGION": LOCAL_REGION,
@@ -252,7 +250,7 @@ class LocalStack:
         }
         runtimes = [
             {
-                "arn": runtime_arn(exp_id),
+                "arn": runtime_arn(exp_id, self.settings.agent_name),
                 "command": list(self.settings.agent_command),
                 "working_dir": str(PROJECT_ROOT),
                 "environment": agent_env,

@@ -4,7 +4,8 @@
 - ``rollouts status EXP``: queue depths, rollouts in flight, recent results.
 - ``rollouts results EXP``: export the experiment's stored results as JSONL.
 - ``rollouts doctor EXP [--canary PAYLOAD.json]``: check every hop, one line each; exit 1 on any failure.
-- ``rollouts local ...`` / ``rollouts demo``: mounted from ``local_stack.cli.add_commands`` (the one place the
+- ``rollouts local ...`` / ``rollouts demo``: mounted from ``local_stack.cli.add_commands`` with the example math
+  agent (``examples.math_agent.local.MATH_DEMO``) as what they host (the one place the
   trainer SDK depends on ``local_stack``; the commands need the ``local`` extra, and say so when it is missing).
 
 Every subcommand's parser sets ``func(args) -> int | None``; ``main`` calls it.
@@ -148,11 +149,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _mount_local_commands(commands: argparse._SubParsersAction) -> None:
-    # local_stack ships in the same distribution and its cli module imports nothing heavy; what the commands
-    # need beyond the trainer extra is imported when they run (main() names the extra if it is missing).
+    # local_stack and examples ship in the same distribution, and these modules import nothing heavy; what the
+    # commands need beyond the trainer extra is imported when they run (main() names the extra if it is missing).
+    from examples.math_agent.local import MATH_DEMO
     from local_stack.cli import add_commands
 
-    add_commands(commands)
+    add_commands(commands, demo=MATH_DEMO)
 
 
 def _add_experiment(parser: argparse.ArgumentParser) -> None:

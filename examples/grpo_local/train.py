@@ -38,8 +38,9 @@ from tqdm import tqdm
 from examples.grpo_local.checks import BatchChecks, TrainingRow, rows_of_group
 from examples.grpo_local.task import episode_payloads
 from local_stack._process import environment
+from local_stack.hosting import LocalAgent
 from local_stack.model_endpoint import EndpointSettings
-from local_stack.stack import PROJECT_ROOT, LocalStack, StackSettings
+from local_stack.stack import LocalStack
 from local_stack.tiny_policy import PolicyConfig, build_model, require_torch, sequence_logprobs
 from trainer_client import FailurePolicy, RolloutClient
 
@@ -47,9 +48,13 @@ __all__ = ["TrainSettings", "main", "train"]
 
 EXPERIMENT = "grpo"
 MODEL_NAME = "tiny-policy"
-AGENT = PROJECT_ROOT / "examples" / "grpo_local" / "agent.py"
-#: What the agent's sessions are forked from (the emulator's fork-server mode).
-AGENT_PRELOAD = ("boto3", "uvicorn", "bedrock_agentcore.runtime", "openai", "agent_app", "examples.grpo_local.task")
+#: The lookup agent, under its own runtime name; its sessions are forked from a process that imported these
+#: modules once (the emulator's fork-server mode).
+AGENT = LocalAgent(
+    name="grpo_lookup",
+    command=(sys.executable, str(Path(__file__).with_name("agent.py"))),
+    preload=("boto3", "uvicorn", "bedrock_agentcore.runtime", "openai", "agent_app", "examples.grpo_local.task"),
+)
 
 
 @dataclass(frozen=True)
@@ -86,12 +91,10 @@ def train(settings: TrainSettings, out=sys.stdout) -> dict[str, Any]:
     started = time.monotonic()
     output_dir = settings.output_dir or Path("results") / f"grpo-local-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
     output_dir.mkdir(parents=True, exist_ok=True)
-    stack_settings = StackSettings(
+    stack_settings = AGENT.settings(
         run_dir=settings.run_dir,
         experiments=(EXPERIMENT,),
         model=EndpointSettings(model_name=MODEL_NAME, seed=settings.seed, policy="transformer"),
-        agent_command=(sys.executable, str(AGENT)),
-        runtime_options={"preload": AGENT_PRELOAD},
         # Room for sessions that finished but are not stopped yet, so new rollouts rarely wait for a slot.
         session_budget=2 * settings.concurrency,
     )

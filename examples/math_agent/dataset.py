@@ -7,8 +7,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from examples.math_agent.problems import generate_problems
 from examples.math_agent.reward import extract_final_answer
+from local_stack.problems import generate_problems
 
 __all__ = ["GSM8K_SOURCE", "load_gsm8k_jsonl", "read_jsonl", "synthetic", "write_jsonl"]
 
@@ -17,7 +17,11 @@ ROW_FIELDS = ("idx", "prompt", "answer", "data_source")
 
 
 def synthetic(n: int, seed: int = 0) -> list[dict[str, Any]]:
-    """Return ``n`` generated GSM8K-style problems, the same for the same ``seed``."""
+    """Return ``n`` generated GSM8K-style problems, the same for the same ``seed``.
+
+    They are the local stand-in model's word problems (:mod:`local_stack.problems`), so the
+    demo runs them offline; a real model reads them as any GSM8K question.
+    """
     if n < 0:
         raise ValueError(f"n must be zero or more, got {n}")
     return generate_problems(n, seed)

@@ -1,9 +1,9 @@
-"""The stand-in policy: solves the example math problems the way a small tool-using model would.
+"""The stand-in policy: solves its word problems the way a small tool-using model would.
 
 Offline and seeded, it stands in for vLLM or SGLang so the whole pipeline runs without a GPU:
 
-1. It looks for a problem of ``examples/math_agent/problems.py`` in the last user message (any line of
-   it, via :func:`~examples.math_agent.problems.parse_problem`).
+1. It looks for one of its word problems (:mod:`local_stack.problems`) in the last user
+   message (any line of it, via :func:`~local_stack.problems.parse_problem`).
 2. With no tool result yet and a tool named ``calculator`` on offer (and ``tool_choice`` not ``"none"``),
    it calls ``calculator`` with ``{"expression": <the problem's expression>}``.
 3. Given the tool's result (or with no calculator on offer, computing the value itself), it answers with
@@ -27,8 +27,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from examples.math_agent.problems import Problem, parse_problem
 from local_stack.model_endpoint.tokenizer import EOS_ID, Token, Tokenizer
+from local_stack.problems import Problem, parse_problem
 
 __all__ = ["CALCULATOR_TOOL", "MISTAKE_SCALE", "Part", "Sampled", "StandInPolicy", "Turn", "mistake_probability"]
 
@@ -38,7 +38,7 @@ _TOKEN_NOISE = 0.05
 _NUMBER_RE = re.compile(r"-?\d+(?:\.\d+)?")
 _OFFSETS = (-10, -2, -1, 1, 2, 10)
 POLITE_ANSWER = (
-    "Hello! I am the local stand-in model. I solve the arithmetic word problems of the example math agent, "
+    "Hello! I am the local stand-in model. I solve the arithmetic word problems that `rollouts demo` sends, "
     "and I could not find one in your message. Send me one of those problems and I will work it out."
 )
 

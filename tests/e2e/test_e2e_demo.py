@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from examples.math_agent.local import MATH_DEMO
 from local_stack.demo import DemoSettings, run_demo
 from trainer_client import FailurePolicy
 
@@ -23,7 +24,7 @@ def test_the_demo_runs_grpo_groups_of_the_math_agent_and_writes_every_result(tmp
     )  # fmt: skip
     # WHEN it runs
     printed = io.StringIO()
-    report = run_demo(settings, out=printed)
+    report = run_demo(MATH_DEMO, settings, out=printed)
     # THEN every rollout succeeded with full reward, every group was kept, every session was stopped,
     # the token traces came back, and the results file holds one line per rollout
     assert report.by_status == {"succeeded": 6}

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-from examples.math_agent.problems import parse_problem
+from local_stack.problems import parse_problem
 
 
 class FakeModel:

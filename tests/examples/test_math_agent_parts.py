@@ -11,8 +11,8 @@ from starlette.testclient import TestClient
 from examples.math_agent.agent import SYSTEM_PROMPT
 from examples.math_agent.calculator import CalculatorError, evaluate, format_number
 from examples.math_agent.dataset import load_gsm8k_jsonl, read_jsonl, synthetic, write_jsonl
-from examples.math_agent.problems import parse_problem
 from examples.math_agent.reward import GSM8KReward, extract_final_answer
+from local_stack.problems import parse_problem
 
 
 @pytest.mark.parametrize(

@@ -16,9 +16,11 @@ import boto3
 import httpx
 import pytest
 
+from examples.math_agent.local import MATH_AGENT, MATH_DEMO
 from local_stack._process import ProcessStartError, group_alive
 from local_stack.cli import add_commands, quota_settings
-from local_stack.stack import EXAMPLE_AGENT, PROJECT_ROOT, LocalStack, StackSettings
+from local_stack.hosting import LocalAgent
+from local_stack.stack import PROJECT_ROOT, LocalStack, StackSettings
 from rollout_contract import ExperimentDescriptor, ExperimentResources
 
 HERE = Path(__file__).parent
@@ -28,8 +30,9 @@ TEST_HANDLERS = {
     "sweeper": "local_worker_handlers.sweep",
 }
 CLI = (
-    "import argparse, sys; from local_stack.cli import add_commands; "
-    "p = argparse.ArgumentParser(); add_commands(p.add_subparsers()); a = p.parse_args(); sys.exit(a.func(a))"
+    "import argparse, sys; from local_stack.cli import add_commands; from examples.math_agent.local import MATH_DEMO; "
+    "p = argparse.ArgumentParser(); add_commands(p.add_subparsers(), MATH_DEMO); a = p.parse_args(); "
+    "sys.exit(a.func(a))"
 )
 
 
@@ -67,7 +70,7 @@ def handler_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_local_stack_runs_every_part_and_leaves_no_process_behind(tmp_path: Path, handler_env: Path) -> None:
     # GIVEN a stack of one experiment, with test handlers in its worker
-    settings = StackSettings(
+    settings = MATH_AGENT.settings(
         run_dir=tmp_path / "run", experiments=("stack-test",), handlers=TEST_HANDLERS, extra_pythonpath=(HERE,),
         sweep_interval_s=0.5,
     )  # fmt: skip
@@ -100,18 +103,20 @@ def test_local_stack_runs_every_part_and_leaves_no_process_behind(tmp_path: Path
     assert all(_group_gone(pid) for pid in pids)
 
 
-def test_emulator_config_registers_the_example_agent_per_experiment(tmp_path: Path) -> None:
-    # GIVEN a stack of two experiments whose moto URL is known
-    stack = LocalStack(StackSettings(run_dir=tmp_path, experiments=("exp-a", "exp-b")))
+def test_emulator_config_registers_the_given_agent_under_its_name_per_experiment(tmp_path: Path) -> None:
+    # GIVEN a stack of two experiments hosting an agent named by its caller, whose moto URL is known
+    agent = LocalAgent(name="probe_agent", command=(sys.executable, "probe.py"), preload=("json",))
+    stack = LocalStack(agent.settings(run_dir=tmp_path, experiments=("exp-a", "exp-b")))
     stack.moto_url = "http://127.0.0.1:5000"
     # WHEN its emulator config is built
     runtimes = stack.emulator_config()["runtimes"]
-    # THEN each experiment has an ACR-style runtime ARN running the example agent with this Python
+    # THEN each experiment has an ACR-style runtime ARN of that name, running that command with its preload
     assert [r["arn"] for r in runtimes] == [
-        "arn:aws:bedrock-agentcore:us-east-1:000000000000:runtime/math_agent-exp-a",
-        "arn:aws:bedrock-agentcore:us-east-1:000000000000:runtime/math_agent-exp-b",
+        "arn:aws:bedrock-agentcore:us-east-1:000000000000:runtime/probe_agent-exp-a",
+        "arn:aws:bedrock-agentcore:us-east-1:000000000000:runtime/probe_agent-exp-b",
     ]
-    assert runtimes[0]["command"] == [sys.executable, str(EXAMPLE_AGENT)]
+    assert runtimes[0]["command"] == [sys.executable, "probe.py"]
+    assert list(runtimes[0]["preload"]) == ["json"]
     assert runtimes[0]["working_dir"] == str(PROJECT_ROOT)
     env = runtimes[0]["environment"]
     assert env["AWS_ENDPOINT_URL_S3"] == "http://127.0.0.1:5000" and env["AWS_REGION"] == "us-east-1"
@@ -133,11 +138,20 @@ def test_a_stack_that_fails_to_start_stops_what_it_started(tmp_path: Path, handl
     assert _live_children() <= children_before
 
 
+def test_settings_refuse_an_emulator_without_an_agent_and_an_agent_name_acr_would_refuse(tmp_path: Path) -> None:
+    # GIVEN settings that run the emulator but name no agent, and an agent whose name ACR refuses
+    # WHEN settings are built THEN each error says what to give
+    with pytest.raises(ValueError, match="agent_command"):
+        StackSettings(run_dir=tmp_path)
+    with pytest.raises(ValueError, match="letter, then letters, digits or '_'"):
+        LocalAgent(name="math-agent", command=(sys.executable, "app.py"))
+
+
 def test_settings_refuse_a_model_url_that_is_not_http(tmp_path: Path) -> None:
     # GIVEN a model URL without a scheme
     # WHEN settings are built THEN the error says what is expected
     with pytest.raises(ValueError, match="http"):
-        StackSettings(run_dir=tmp_path, model_base_url="localhost:8000/v1")
+        StackSettings(run_dir=tmp_path, model_base_url="localhost:8000/v1", emulator=False)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -209,10 +223,10 @@ def test_ctrl_c_stops_every_process_of_a_running_stack(tmp_path: Path) -> None:
 def test_local_up_quota_flags_set_the_emulator_quotas_and_the_dispatchers_budgets(tmp_path: Path) -> None:
     # GIVEN `rollouts local up --invoke-tps 5 --max-sessions 20` as settings
     parser = argparse.ArgumentParser()
-    add_commands(parser.add_subparsers())
+    add_commands(parser.add_subparsers(), MATH_DEMO)
     args = parser.parse_args(["local", "up", "--invoke-tps", "5", "--max-sessions", "20"])
     stack = LocalStack(
-        StackSettings(
+        args.agent.settings(
             run_dir=tmp_path,
             **quota_settings(invoke_tps=args.invoke_tps, max_sessions=args.max_sessions),
         )

@@ -7,9 +7,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from examples.math_agent.problems import generate_problems
+from examples.math_agent.local import MATH_AGENT
 from local_stack._process import group_alive
-from local_stack.stack import LocalStack, StackSettings
+from local_stack.problems import generate_problems
+from local_stack.stack import LocalStack
 
 pytestmark = pytest.mark.e2e
 
@@ -31,7 +32,7 @@ def test_a_rollout_runs_end_to_end_with_token_traces_and_leaves_no_agent_behind(
     # GIVEN the local stack with the example agent, the real Lambda handlers and the stand-in model
     problem = generate_problems(1, seed=2)[0]
     agents_before = set(_agent_processes())
-    with LocalStack(StackSettings(run_dir=tmp_path, experiments=("e2e-one",))) as stack:
+    with LocalStack(MATH_AGENT.settings(run_dir=tmp_path, experiments=("e2e-one",))) as stack:
         pgids = [p.pid for p in stack.processes]
         for name, value in stack.env.items():
             monkeypatch.setenv(name, value)

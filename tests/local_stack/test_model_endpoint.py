@@ -12,10 +12,10 @@ import openai
 import pytest
 from starlette.testclient import TestClient
 
-from examples.math_agent.problems import generate_problems, parse_problem
 from local_stack._process import ManagedProcess
 from local_stack.model_endpoint import EndpointSettings, create_app, mistake_probability
 from local_stack.model_endpoint.tokenizer import EOS_ID
+from local_stack.problems import generate_problems, parse_problem
 
 CALCULATOR = {
     "type": "function",

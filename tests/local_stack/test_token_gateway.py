@@ -12,10 +12,10 @@ import httpx
 import openai
 import pytest
 
-from examples.math_agent.problems import generate_problems
 from local_stack._process import ManagedProcess
 from local_stack.gateway import session_base_url
 from local_stack.model_endpoint.tokenizer import EOS_ID
+from local_stack.problems import generate_problems
 from trainer_client._traces import CALLS_IN_FLIGHT_HEADER
 
 PROBLEM = generate_problems(2, seed=5)[1]

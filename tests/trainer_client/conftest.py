@@ -1,41 +1,20 @@
-"""An experiment in moto, built from the contract's definitions, and a backend that plays dispatcher + agent.
+"""Fixtures of the trainer tests: one moto server per test session (per xdist worker), reset before each test.
 
-One moto server per test session (per xdist worker), reset before each test: cheaper than starting moto's
-in-process mock for every test, and the clients talk HTTP to it as they do to AWS.
+Cheaper than starting moto's in-process mock for every test, and the clients talk HTTP to it as they do to AWS.
+The helpers the tests import are in ``trainer_support.py`` (a name no other test directory uses).
 """
 
 from __future__ import annotations
 
-import json
-import threading
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 
-import boto3
 import httpx
 import pytest
 from moto.server import ThreadedMotoServer
+from trainer_support import FAST_POLL, REGION, Backend, create_experiment
 
-from rollout_contract import (
-    CancelRequest,
-    DispatchRequest,
-    ErrorInfo,
-    ExperimentDescriptor,
-    ExperimentResources,
-    RolloutResult,
-    Status,
-    Timings,
-    parse_dispatch_message,
-)
-from rollout_contract.resources import result_event_pattern
+from rollout_contract import ExperimentDescriptor
 from trainer_client import PollSettings, RolloutClient
-
-REGION = "us-east-1"
-BUCKET = "results-test"
-EXP_ID = "exp-test"
-RUNTIME_ARN = "arn:aws:bedrock-agentcore:us-east-1:123456789012:runtime/test-abc"
-FAST_POLL = PollSettings(wait_time_s=1, idle_backoff_s=0.05)
 
 
 @pytest.fixture(scope="session")
@@ -64,161 +43,6 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, moto_url: str) -> Iterator[None]:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     httpx.post(f"{moto_url}/moto-api/reset", timeout=30, trust_env=False).raise_for_status()
     yield
-
-
-def create_experiment(exp_id: str = EXP_ID, bucket: str = BUCKET) -> ExperimentDescriptor:
-    """Create the bucket, queues, result rule, sessions table and descriptor of one experiment."""
-    resources = ExperimentResources.for_experiment(exp_id)
-    s3, sqs, events = boto3.client("s3"), boto3.client("sqs"), boto3.client("events")
-    s3.create_bucket(Bucket=bucket)
-    s3.put_bucket_notification_configuration(Bucket=bucket, NotificationConfiguration={"EventBridgeConfiguration": {}})
-    urls = {}
-    for spec in (resources.dispatch_queue, resources.completion_queue):
-        dlq_url = sqs.create_queue(QueueName=spec.dlq_name)["QueueUrl"]
-        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        redrive = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": spec.max_receive_count})
-        urls[spec.name] = sqs.create_queue(
-            QueueName=spec.name,
-            Attributes={"VisibilityTimeout": str(spec.visibility_timeout_s), "RedrivePolicy": redrive},
-        )["QueueUrl"]
-    completion_url = urls[resources.completion_queue.name]
-    completion_arn = sqs.get_queue_attributes(QueueUrl=completion_url, AttributeNames=["QueueArn"])["Attributes"][
-        "QueueArn"
-    ]
-    events.put_rule(Name=resources.result_rule_name, EventPattern=json.dumps(result_event_pattern(bucket, exp_id)))
-    events.put_targets(Rule=resources.result_rule_name, Targets=[{"Id": "completions", "Arn": completion_arn}])
-    table = resources.sessions_table
-    index = table.indexes[0]
-    boto3.client("dynamodb").create_table(
-        TableName=table.name,
-        BillingMode="PAY_PER_REQUEST",
-        KeySchema=[{"AttributeName": table.partition_key, "KeyType": "HASH"}],
-        AttributeDefinitions=[
-            {"AttributeName": table.partition_key, "AttributeType": "S"},
-            {"AttributeName": index.partition_key, "AttributeType": "S"},
-            {"AttributeName": index.sort_key, "AttributeType": "N"},
-        ],
-        GlobalSecondaryIndexes=[
-            {
-                "IndexName": index.name,
-                "KeySchema": [
-                    {"AttributeName": index.partition_key, "KeyType": "HASH"},
-                    {"AttributeName": index.sort_key, "KeyType": "RANGE"},
-                ],
-                "Projection": {"ProjectionType": "ALL"},
-            }
-        ],
-    )
-    descriptor = ExperimentDescriptor(
-        exp_id=exp_id,
-        region=REGION,
-        results_bucket=bucket,
-        dispatch_queue_url=urls[resources.dispatch_queue.name],
-        completion_queue_url=completion_url,
-        sessions_table=table.name,
-        budget_table="budgets",
-        runtime_arn=RUNTIME_ARN,
-    )
-    boto3.client("ssm").put_parameter(
-        Name=resources.descriptor_parameter, Value=descriptor.model_dump_json(), Type="String"
-    )
-    return descriptor
-
-
-Outcome = Callable[[DispatchRequest], RolloutResult]
-
-
-def scripted(request: DispatchRequest) -> RolloutResult:
-    """The agent the payload asks for: ``end_as`` (a status, default succeeded) and ``reward`` (default 1.0)."""
-    payload = request.payload or {}
-    status = Status(payload.get("end_as", Status.SUCCEEDED))
-    if status is Status.SUCCEEDED:
-        now = time.time()
-        return RolloutResult.from_handler_output(
-            {"rewards": [payload.get("reward", 1.0)], "answer": "42"},
-            key=request.key,
-            s3_bucket=BUCKET,
-            payload=request.payload,
-            timings=Timings(submitted_at=request.submitted_at, started_at=now, finished_at=now),
-        )
-    error = ErrorInfo(type="ValueError", message="boom") if status is Status.AGENT_ERROR else None
-    return RolloutResult.terminal(status, key=request.key, s3_bucket=BUCKET, error=error)
-
-
-@dataclass
-class Backend:
-    """Plays the dispatcher and the agent: reads dispatch messages, writes result objects through S3."""
-
-    descriptor: ExperimentDescriptor
-    outcome: Outcome = scripted
-    requests: list[DispatchRequest] = field(default_factory=list)
-    cancels: list[CancelRequest] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.sqs = boto3.client("sqs")
-        self.s3 = boto3.client("s3")
-
-    def receive(self, expected: int, timeout: float = 5.0) -> list[DispatchRequest | CancelRequest]:
-        """Take ``expected`` dispatch-queue messages (fails if they do not come within ``timeout``)."""
-        got: list[DispatchRequest | CancelRequest] = []
-        deadline = time.monotonic() + timeout
-        while len(got) < expected and time.monotonic() < deadline:
-            response = self.sqs.receive_message(
-                QueueUrl=self.descriptor.dispatch_queue_url,
-                MaxNumberOfMessages=min(10, expected - len(got)),
-                WaitTimeSeconds=1,
-            )
-            for message in response.get("Messages", []):
-                got.append(parse_dispatch_message(message["Body"]))
-                self.sqs.delete_message(
-                    QueueUrl=self.descriptor.dispatch_queue_url, ReceiptHandle=message["ReceiptHandle"]
-                )
-        assert len(got) == expected, f"expected {expected} dispatch messages, got {len(got)}"
-        for message in got:
-            (self.requests if isinstance(message, DispatchRequest) else self.cancels).append(message)
-        return got
-
-    def complete(self, request: DispatchRequest) -> RolloutResult:
-        """Write the result object of ``request`` (the S3 event reaches the completion queue)."""
-        result = self.outcome(request)
-        self.s3.put_object(Bucket=BUCKET, Key=result.result_key, Body=result.to_json_bytes())
-        return result
-
-    def serve(self, expected: int) -> list[DispatchRequest]:
-        """Receive ``expected`` requests and complete each."""
-        requests = [m for m in self.receive(expected) if isinstance(m, DispatchRequest)]
-        for request in requests:
-            self.complete(request)
-        return requests
-
-    def serve_in_thread(self, expected: int) -> threading.Thread:
-        """Serve ``expected`` requests from a thread, as they arrive."""
-
-        def run() -> None:
-            done = 0
-            while done < expected:
-                for message in self.receive(1, timeout=30):
-                    self.complete(message)
-                    done += 1
-
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        return thread
-
-    def queue_depth(self) -> int:
-        """Messages in the completion queue, visible or not."""
-        attributes = self.sqs.get_queue_attributes(
-            QueueUrl=self.descriptor.completion_queue_url,
-            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-        )["Attributes"]
-        return int(attributes["ApproximateNumberOfMessages"]) + int(attributes["ApproximateNumberOfMessagesNotVisible"])
-
-    def wait_for_depth(self, depth: int, timeout: float = 5.0) -> int:
-        """Wait until the completion queue holds ``depth`` messages; return the last depth seen."""
-        deadline = time.monotonic() + timeout
-        while (current := self.queue_depth()) != depth and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return current
 
 
 @pytest.fixture

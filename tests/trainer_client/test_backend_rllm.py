@@ -18,10 +18,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "stand_ins" / "rllm"))
 
 import rllm.engine.remote_runtime as remote_runtime  # noqa: E402
-from conftest import FAST_POLL, RUNTIME_ARN, Backend  # noqa: E402
 from rllm.engine.remote_runtime import RemoteRuntimeConfig, TaskSubmission  # noqa: E402
 from rllm.workflows.workflow import TerminationReason  # noqa: E402
 from rllm_engine import run_one  # noqa: E402
+from trainer_support import FAST_POLL, RUNTIME_ARN, Backend  # noqa: E402
 
 from rollout_contract import STATUS_CODES, CancelRequest, DispatchRequest, ErrorInfo, ResultKey, Status  # noqa: E402
 from trainer_client import ClientResult, RolloutClient  # noqa: E402

@@ -17,9 +17,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "stand_ins" / "slime"))
 
-from conftest import BUCKET, FAST_POLL, Backend  # noqa: E402
 from slime.rollout.data_source import RolloutDataSource  # noqa: E402
 from slime.utils.types import Sample  # noqa: E402
+from trainer_support import BUCKET, FAST_POLL, Backend  # noqa: E402
 
 from rollout_contract import DispatchRequest, ErrorInfo, RolloutResult, Status, Timings  # noqa: E402
 from trainer_client import RolloutClient, TraceSettings  # noqa: E402

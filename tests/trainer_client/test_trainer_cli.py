@@ -132,8 +132,9 @@ def test_an_unknown_experiment_says_how_to_create_it(capsys):
 
 
 def test_local_stack_commands_are_mounted_when_the_package_provides_them(monkeypatch):
-    # GIVEN a local stack package with add_commands
-    def add_commands(subparsers):
+    # GIVEN a local stack package with add_commands (given the example math agent's demo to host)
+    def add_commands(subparsers, demo):
+        assert demo.agent.name == "math_agent"
         subparsers.add_parser("local").set_defaults(func=lambda args: 7)
 
     monkeypatch.setitem(sys.modules, "local_stack.cli", types.SimpleNamespace(add_commands=add_commands))

@@ -1,9 +1,10 @@
-"""A seeded family of GSM8K-style arithmetic word problems.
+"""The word problems the stand-in model solves: its input format, and a seeded generator of them.
 
-Each template renders a short word problem whose answer is an integer expression of its numbers.
-:func:`generate_problems` makes dataset rows; :func:`parse_problem` recovers the expression from a
-problem's text, which is what the local stand-in policy uses to "solve" them (a real model reads the
-text instead).
+Six templates of GSM8K-style arithmetic word problems, each with the integer expression of its numbers that
+answers it. :func:`generate_problems` renders dataset rows; :func:`parse_problem` recovers the expression
+from a problem's text, which is how the stand-in model's policy (:mod:`local_stack.model_endpoint.policy`)
+"solves" them offline (a real model reads the text instead). Any other text is not a problem to it.
+Datasets built on these rows (e.g. ``examples.math_agent.dataset.synthetic``) are ones the stand-in can run.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import random
 import re
 from collections.abc import Callable
 from typing import NamedTuple
+
+__all__ = ["DATA_SOURCE", "Problem", "generate_problems", "parse_problem"]
 
 DATA_SOURCE = "synthetic-gsm8k"
 

@@ -1,0 +1,81 @@
+"""What the local stack hosts, given by its caller: the agent (:class:`LocalAgent`) and the demo (:class:`DemoTask`).
+
+``local_stack`` knows no agent of its own: the ``rollouts`` command passes the example math agent
+(``examples.math_agent.local``), tests and benchmarks pass theirs. Light on purpose: the CLI imports it to
+mount its commands.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from local_stack.stack import StackSettings
+
+__all__ = ["DEFAULT_AGENT_NAME", "DemoTask", "LocalAgent", "validate_agent_name"]
+
+#: The runtime name of an agent given only as ``StackSettings.agent_command``.
+DEFAULT_AGENT_NAME = "agent"
+# ACR's rule for an agent runtime's name (CreateAgentRuntime's agentRuntimeName).
+_AGENT_NAME_RE = re.compile(r"[a-zA-Z][a-zA-Z0-9_]{0,47}")
+
+
+def validate_agent_name(name: str) -> str:
+    """Return ``name`` if ACR accepts it as an agent runtime's name.
+
+    Raises:
+        ValueError: the name breaks ACR's rule (a letter, then letters, digits or ``_``; 48 at most).
+    """
+    if not _AGENT_NAME_RE.fullmatch(name):
+        raise ValueError(
+            f"agent name {name!r} is not an AgentCore runtime name: use a letter, then letters, digits or '_' "
+            "(48 characters at most)"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class LocalAgent:
+    """An agent for the ACR emulator to host, one runtime per experiment (ARN ``runtime/<name>-<exp_id>``).
+
+    Attributes:
+        name: the runtime's name (ACR's rule, see :func:`validate_agent_name`).
+        command: the process each session runs; it listens on ``PORT``.
+        preload: modules the emulator's fork server imports once, so sessions start without importing them.
+    """
+
+    name: str
+    command: tuple[str, ...]
+    preload: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        validate_agent_name(self.name)
+        if not self.command:
+            raise ValueError(f"agent {self.name!r} has no command: give the argv its sessions run")
+
+    def settings(self, **fields: Any) -> StackSettings:
+        """Return ``StackSettings(**fields)`` hosting this agent (``runtime_options`` are merged over the preload)."""
+        from local_stack.stack import StackSettings
+
+        runtime_options = {"preload": self.preload, **fields.pop("runtime_options", {})}
+        return StackSettings(
+            agent_name=self.name, agent_command=self.command, runtime_options=runtime_options, **fields
+        )
+
+
+@dataclass(frozen=True)
+class DemoTask:
+    """What ``rollouts demo`` runs: an agent and a dataset of rollouts for it.
+
+    Attributes:
+        agent: the agent the stack hosts.
+        dataset: ``(count, seed) -> [(input_id, payload), ...]``, ``count`` prompts, the same for the same seed.
+        model_id: the model name sent to the endpoint unless the command line gives one.
+    """
+
+    agent: LocalAgent
+    dataset: Callable[[int, int], Sequence[tuple[str, Mapping[str, Any]]]]
+    model_id: str
