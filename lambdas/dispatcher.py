@@ -1,10 +1,13 @@
 """The dispatcher: dispatch-queue messages -> ``InvokeAgentRuntime`` under the TPS and session budgets.
 
 A start message walks a rollout through the sessions table: ``queued`` (recorded) -> ``admitted`` (holds
-a session slot, leased to one dispatcher) -> ``running`` (the invoke was accepted). Every step is a
-conditional write keyed on the session id, so a redelivered message, or one redelivered after a crash
-between two steps, never starts a second rollout: a rollout that is running or finished, or whose result
-object exists, is not invoked again. A start that records a brand-new item skips the result check: every
+a session slot, leased to one dispatcher, the attempt counted) -> ``running`` (the invoke was accepted).
+On a first receive with a free slot, recording and admitting are one transaction that creates the item
+admitted (:meth:`~lambdas.ledger.Ledger.start`); the happy path is that transaction, an invoke token and
+the ``running`` write. Every step is a conditional write keyed on the session id, so a redelivered
+message, or one redelivered after a crash between two steps, never starts a second rollout: a rollout
+that is running or finished, or whose result object exists, is not invoked again. A start that creates
+a brand-new item skips the result check: every
 writer of a result leaves the item first (a cancel marks it, the dispatcher and the sweeper write
 results only for recorded rollouts, the agent only after an invoke), and an item outlives every message
 of its rollout (its TTL is 7 days after the deadline or the end; the dispatch queue keeps messages 4 days).
@@ -115,15 +118,31 @@ def cancel(request: CancelRequest, rt: Runtime) -> DispatchOutcome:
 def dispatch(request: DispatchRequest, *, receive_count: int, rt: Runtime) -> DispatchOutcome:
     """Start one rollout at most once, within the session and TPS budgets.
 
+    A first receive that is in time and whose payload is usable is recorded, admitted and counted in one
+    transaction (:meth:`~lambdas.ledger.Ledger.start`); anything else goes the step-by-step way.
+
     Raises:
         RequeueError: no slot or token now, a retryable ACR error, or a race with another copy.
     """
-    record, new = _record(request, receive_count, rt)
+    now = rt.clock()
+    owner = uuid.uuid4().hex
+    lease_until = now + rt.resources.dispatch_queue.visibility_timeout_s
+    loaded = _load_payload(request, rt) if receive_count == 1 and now < request.start_by else None
+    recorded: Recorded | None = None
+    if isinstance(loaded, dict):
+        started = rt.ledger.start(request, owner=owner, lease_until=lease_until)
+        if started.admission is Admission.ADMITTED:
+            return _invoke(request, loaded, owner=owner, attempts=1, rt=rt)
+        if started.admission is Admission.NO_SLOT:
+            rt.ledger.record_queued(request)  # a waiting rollout has its item (the trainer's doctor reads it)
+            raise _no_slot(request, now, receive_count)
+        if started.found is not None:
+            recorded = Recorded(started.found, new=False)
+    record, new = recorded or _record(request, receive_count, rt)
     if record.state in (SessionState.RUNNING, SessionState.FINISHED):
         return DispatchOutcome.ALREADY_STARTED
     if not new and rt.store.exists(request.key):
         return DispatchOutcome.RESULT_EXISTS
-    now = rt.clock()
     if now >= request.start_by:
         error = ErrorInfo(
             type=QUEUE_WAIT_EXCEEDED,
@@ -134,13 +153,12 @@ def dispatch(request: DispatchRequest, *, receive_count: int, rt: Runtime) -> Di
     if receive_count >= rt.resources.dispatch_queue.max_receive_count:
         error = ErrorInfo(type="DispatchAttemptsExhausted", message=f"not started after {receive_count} receives")
         return _fail(request, error, rt, dispatched_at=record.dispatched_at)
-    try:
-        payload = _payload(request, rt)
-    except (ClientError, ValueError) as exc:
-        return _fail(request, _payload_error(request, exc), rt, dispatched_at=None)
-    owner = uuid.uuid4().hex
-    _admit(request, record, owner=owner, now=now, receive_count=receive_count, rt=rt)
-    return _invoke(request, payload, owner=owner, rt=rt)
+    if loaded is None:
+        loaded = _load_payload(request, rt)
+    if isinstance(loaded, ErrorInfo):
+        return _fail(request, loaded, rt, dispatched_at=None)
+    attempts = _admit(request, record, owner=owner, now=now, receive_count=receive_count, rt=rt)
+    return _invoke(request, loaded, owner=owner, attempts=attempts, rt=rt)
 
 
 def _record(request: DispatchRequest, receive_count: int, rt: Runtime) -> Recorded:
@@ -156,55 +174,58 @@ def _record(request: DispatchRequest, receive_count: int, rt: Runtime) -> Record
     return rt.ledger.record_queued(request)
 
 
+def _no_slot(request: DispatchRequest, now: float, receive_count: int) -> RequeueError:
+    # Never wait past the start limit: the next receive ends a rollout that never got a slot.
+    wait = min(slot_wait_delay_s(receive_count), max(RACE_DELAY_S, request.start_by - now))
+    return RequeueError("no free session slot", wait)
+
+
 def _admit(
     request: DispatchRequest, record: SessionRecord, *, owner: str, now: float, receive_count: int, rt: Runtime
-) -> None:
-    """Take a session slot (or the slot of a dispatcher whose lease ran out) for ``owner``."""
+) -> int:
+    """Take a session slot (or the slot of a dispatcher whose lease ran out) for ``owner``; return the attempt."""
     lease_until = now + rt.resources.dispatch_queue.visibility_timeout_s
     if record.state is SessionState.QUEUED:
-        admission = rt.ledger.admit(request.session_id, owner=owner, lease_until=lease_until)
+        admission = rt.ledger.admit(record, owner=owner, lease_until=lease_until)
         if admission is Admission.NO_SLOT:
-            # Never wait past the start limit: the next receive ends a rollout that never got a slot.
-            wait = min(slot_wait_delay_s(receive_count), max(RACE_DELAY_S, request.start_by - now))
-            raise RequeueError("no free session slot", wait)
+            raise _no_slot(request, now, receive_count)
         if admission is Admission.STATE_CHANGED:
             raise RequeueError("the rollout changed state meanwhile", RACE_DELAY_S)
-        return
+        return record.attempts + 1
     if record.lease_until is not None and record.lease_until > now:
         raise RequeueError("another dispatcher holds the rollout", record.lease_until - now)
-    taken = rt.ledger.take_over(
+    attempts = rt.ledger.take_over(
         request.session_id, owner=owner, previous_owner=record.lease_owner, now=now, lease_until=lease_until
     )
-    if not taken:
+    if attempts is None:
         raise RequeueError("another dispatcher took the rollout over", RACE_DELAY_S)
     logger.warning("took over a rollout whose dispatcher stopped", extra={"session_id": request.session_id})
+    return attempts
 
 
-def _invoke(request: DispatchRequest, payload: dict[str, Any], *, owner: str, rt: Runtime) -> DispatchOutcome:
+def _invoke(
+    request: DispatchRequest, payload: dict[str, Any], *, owner: str, attempts: int, rt: Runtime
+) -> DispatchOutcome:
     """Invoke an admitted rollout in a reserved TPS slot and record the outcome; its timeout runs from now."""
     ledger, session_id = rt.ledger, request.session_id
     try:
         slot_start = rt.acr.reserve_invoke()
     except NoTokenError as exc:
-        ledger.release_to_queued(session_id, owner=owner, deadline_at=request.deadline_at)
+        ledger.release_to_queued(session_id, owner=owner, deadline_at=request.deadline_at, attempted=False)
         raise RequeueError("invoke budget reserved beyond the invoke horizon", exc.retry_after_s) from exc
     deadline_at = request.run_deadline(rt.clock())
-    attempts = ledger.mark_invoking(session_id, owner=owner, dispatched_at=slot_start, deadline_at=deadline_at)
-    if attempts is None:
-        raise RequeueError("another dispatcher took the rollout over", RACE_DELAY_S)
     invoke_payload = request.invoke_payload(payload, rt.settings.results_bucket)
-    invoke_payload[ROLLOUT_FIELD].update(
-        Timings(submitted_at=request.submitted_at, dispatched_at=slot_start).model_dump(exclude_none=True)
-    )
+    timings = invoke_payload[ROLLOUT_FIELD]
+    timings.update(Timings(submitted_at=request.submitted_at, dispatched_at=slot_start).model_dump(exclude_none=True))
     try:
         rt.acr.invoke(session_id, rt.acr.encode(invoke_payload), slot_start=slot_start)
     except NoTokenError as exc:
-        ledger.release_to_queued(session_id, owner=owner, deadline_at=request.deadline_at)
+        ledger.release_to_queued(session_id, owner=owner, deadline_at=request.deadline_at, attempted=False)
         raise RequeueError("invoke slot missed and none free within the allowed wait", exc.retry_after_s) from exc
     except AcrCallError as exc:
         return _invoke_failed(request, exc, attempts=attempts, owner=owner, slot_start=slot_start, rt=rt)
     add_metric(names.INVOKED, 1)
-    if ledger.mark_running(session_id, owner=owner):
+    if ledger.mark_running(session_id, owner=owner, dispatched_at=slot_start, deadline_at=deadline_at):
         logger.info("rollout invoked", extra={"session_id": session_id, "attempt": attempts})
         return DispatchOutcome.INVOKED
     record = ledger.get(session_id)
@@ -235,7 +256,7 @@ def _invoke_failed(
         logger.error("invoke attempts exhausted", extra=log_fields)
         exhausted = ErrorInfo(type=exc.code, message=f"{error.message} (attempt {attempts}, no retries left)")
         return _fail(request, exhausted, rt, dispatched_at=slot_start)
-    rt.ledger.release_to_queued(request.session_id, owner=owner, deadline_at=request.deadline_at)
+    rt.ledger.release_to_queued(request.session_id, owner=owner, deadline_at=request.deadline_at, attempted=True)
     logger.warning("invoke failed, will retry", extra=log_fields)
     raise RequeueError(f"InvokeAgentRuntime returned {exc.code}", retry_delay_s(attempts)) from exc
 
@@ -258,6 +279,14 @@ def _end(
         "rollout ended by the dispatcher",
         extra={"session_id": request.session_id, "status": stored.result.status.value, "written": stored.written},
     )
+
+
+def _load_payload(request: DispatchRequest, rt: Runtime) -> dict[str, Any] | ErrorInfo:
+    """The agent payload (inline or parked), or why the agent cannot be invoked with it."""
+    try:
+        return _payload(request, rt)
+    except (ClientError, ValueError) as exc:
+        return _payload_error(request, exc)
 
 
 def _payload(request: DispatchRequest, rt: Runtime) -> dict[str, Any]:

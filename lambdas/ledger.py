@@ -7,8 +7,11 @@ once and freed once whoever (dispatcher, finisher, sweeper) gets there first. :m
 sets the experiment's count from the inflight index, which repairs manual drift, and drops the counts of
 experiments whose sweeper stopped running (a destroyed stack).
 
-Writes return what they found (``ReturnValues`` / ``ReturnValuesOnConditionCheckFailure``) instead of
-being followed by a read: the item a write met is as consistent as a strongly consistent read.
+Writes return what they found (``ReturnValues`` / ``ReturnValuesOnConditionCheckFailure``, also inside
+transactions) instead of being followed by a read: the item a write met is as consistent as a strongly
+consistent read. A first start is one transaction (:meth:`Ledger.start`: record, admit, count the attempt
+and take the slot) and a finish another, so a rollout's happy path costs three writes (start, running,
+finish) besides the invoke budget's tokens.
 """
 
 from __future__ import annotations
@@ -69,6 +72,17 @@ _REASON_CONFLICT = "TransactionConflict"
 TRANSACTION_ATTEMPTS = 6
 _CONFLICT_PAUSE_S = 0.02
 _FINISH_ROUNDS = 4
+
+
+#: Inside a transaction: a failed condition returns the item it met (in ``CancellationReasons``).
+_RETURN_OLD_ON_FAILURE = {"ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
+
+
+class _Cancelled(NamedTuple):
+    """Why a transaction was cancelled: each item's reason code, and the item a failed condition met."""
+
+    reasons: list[str]
+    items: list[dict[str, Any] | None]
 
 
 class Admission(StrEnum):
@@ -138,6 +152,16 @@ class Recorded(NamedTuple):
     new: bool
 
 
+class Started(NamedTuple):
+    """What :meth:`Ledger.start` did."""
+
+    #: ``ADMITTED``: the item was created admitted, holding a slot; ``NO_SLOT``: nothing was written (the
+    #: count is full); ``STATE_CHANGED``: an item was there already and nothing was written.
+    admission: Admission
+    #: The item that was there (``STATE_CHANGED``), ``None`` when it held a cancel's mark alone.
+    found: SessionRecord | None = None
+
+
 @dataclass(frozen=True)
 class Reconciliation:
     """What :meth:`Ledger.reconcile` saw and did."""
@@ -179,26 +203,11 @@ class Ledger:
 
         One conditional write: its item on success is the one written, on failure the one that was there.
         """
-        attributes = {
-            ATTR_STATE: _s(SessionState.QUEUED),
-            ATTR_EXP_ID: _s(request.exp_id),
-            ATTR_INPUT_ID: _s(request.input_id),
-            ATTR_SUBMITTED_AT: _n(request.submitted_at),
-            ATTR_DEADLINE_AT: _n(request.deadline_at),
-            ATTR_ATTEMPTS: _n(0),
-            TTL_ATTRIBUTE: _n(int(request.deadline_at) + RECORD_TTL_S),
-        }
-        names = {f"#a{index}": name for index, name in enumerate(attributes)}
+        queued = {ATTR_STATE: _s(SessionState.QUEUED), ATTR_ATTEMPTS: _n(0)}
+        update = _create(self._sessions, request, queued, absent=(ATTR_STATE,))
         try:
             response = self._dynamodb.update_item(
-                TableName=self._sessions,
-                Key=_key(request.session_id),
-                UpdateExpression="SET " + ", ".join(f"#a{index} = :a{index}" for index in range(len(attributes))),
-                ConditionExpression="attribute_not_exists(#a0)",
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues={f":a{index}": value for index, value in enumerate(attributes.values())},
-                ReturnValues="ALL_OLD",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                **update, ReturnValues="ALL_OLD", ReturnValuesOnConditionCheckFailure="ALL_OLD"
             )
         except ClientError as exc:
             if exc.response["Error"]["Code"] != _CONDITION_FAILED:
@@ -213,6 +222,28 @@ class Ledger:
             deadline_at=request.deadline_at,
         )
         return Recorded(record, new="Attributes" not in response)
+
+    def start(self, request: DispatchRequest, *, owner: str, lease_until: float) -> Started:
+        """Record a rollout no start or cancel has seen as ``admitted`` (attempt 1) and take its slot, at once.
+
+        One transaction: the first receive of a start message needs no ``queued`` write and no separate
+        admission. The item is created only if there was none (not even a cancel's mark), so a rollout
+        this call admits has no result yet. Nothing is written when the slot count is full or an item exists.
+        """
+        admitted = {
+            ATTR_STATE: _s(SessionState.ADMITTED),
+            ATTR_ATTEMPTS: _n(1),
+            ATTR_INFLIGHT: _s(INFLIGHT_MARK),
+            ATTR_LEASE_OWNER: _s(owner),
+            ATTR_LEASE_UNTIL: _n(lease_until),
+        }
+        update = _create(self._sessions, request, admitted, absent=(ATTR_STATE, ATTR_CANCEL_REQUESTED_AT))
+        failed = self._transact({"Update": {**update, **_RETURN_OLD_ON_FAILURE}}, self._take_slot())
+        if failed is None:
+            return Started(Admission.ADMITTED)
+        if failed.reasons[0] == _REASON_CONDITION:
+            return Started(Admission.STATE_CHANGED, _record_or_none(failed.items[0]))
+        return Started(Admission.NO_SLOT)
 
     def mark_cancel_requested(self, session_id: str, *, requested_at: float) -> SessionRecord | None:
         """Note a cancel on the rollout's item (creating it if need be); return the item as it was.
@@ -230,20 +261,26 @@ class Ledger:
         )
         return _record_or_none(response.get("Attributes"))
 
-    def admit(self, session_id: str, *, owner: str, lease_until: float) -> Admission:
-        """Take a session slot for a ``queued`` rollout and lease it to ``owner``."""
-        reasons = self._transact(
+    def admit(self, record: SessionRecord, *, owner: str, lease_until: float) -> Admission:
+        """Take a session slot for a ``queued`` rollout, lease it to ``owner`` and count the attempt.
+
+        ``record`` is the item as last seen; its attempt count must be unchanged (else ``STATE_CHANGED``), so
+        the count :meth:`mark_running`'s caller works with (``record.attempts + 1``) is exact.
+        """
+        failed = self._transact(
             {
                 "Update": {
                     "TableName": self._sessions,
-                    "Key": _key(session_id),
-                    "UpdateExpression": "SET #state = :admitted, #inflight = :mark, #owner = :owner, #lease = :lease",
-                    "ConditionExpression": "#state = :queued",
+                    "Key": _key(record.session_id),
+                    "UpdateExpression": "SET #state = :admitted, #inflight = :mark, #owner = :owner, #lease = :lease, "
+                    "#attempts = :attempts",
+                    "ConditionExpression": "#state = :queued AND #attempts = :seen",
                     "ExpressionAttributeNames": {
                         "#state": ATTR_STATE,
                         "#inflight": ATTR_INFLIGHT,
                         "#owner": ATTR_LEASE_OWNER,
                         "#lease": ATTR_LEASE_UNTIL,
+                        "#attempts": ATTR_ATTEMPTS,
                     },
                     "ExpressionAttributeValues": {
                         ":admitted": _s(SessionState.ADMITTED),
@@ -251,61 +288,45 @@ class Ledger:
                         ":mark": _s(INFLIGHT_MARK),
                         ":owner": _s(owner),
                         ":lease": _n(lease_until),
+                        ":seen": _n(record.attempts),
+                        ":attempts": _n(record.attempts + 1),
                     },
                 }
             },
             self._take_slot(),
         )
-        if reasons is None:
+        if failed is None:
             return Admission.ADMITTED
-        if reasons[0] == _REASON_CONDITION:
+        if failed.reasons[0] == _REASON_CONDITION:
             return Admission.STATE_CHANGED
         return Admission.NO_SLOT
 
     def take_over(
         self, session_id: str, *, owner: str, previous_owner: str | None, now: float, lease_until: float
-    ) -> bool:
-        """Take over an ``admitted`` rollout whose lease expired (its dispatcher died); keeps its slot."""
-        return self._conditional(
-            self._dynamodb.update_item,
-            TableName=self._sessions,
-            Key=_key(session_id),
-            UpdateExpression="SET #owner = :owner, #lease = :lease",
-            ConditionExpression="#state = :admitted AND #lease < :now AND #owner = :previous",
-            ExpressionAttributeNames={"#state": ATTR_STATE, "#owner": ATTR_LEASE_OWNER, "#lease": ATTR_LEASE_UNTIL},
-            ExpressionAttributeValues={
-                ":owner": _s(owner),
-                ":previous": _s(previous_owner or ""),
-                ":lease": _n(lease_until),
-                ":now": _n(now),
-                ":admitted": _s(SessionState.ADMITTED),
-            },
-        )
+    ) -> int | None:
+        """Take over an ``admitted`` rollout whose lease expired (its dispatcher died); keeps its slot.
 
-    def mark_invoking(self, session_id: str, *, owner: str, dispatched_at: float, deadline_at: float) -> int | None:
-        """Count an invoke attempt by ``owner`` and set the rollout's deadline (its timeout runs from the start).
-
-        Returns the attempts so far, or ``None`` if ``owner`` lost the lease.
+        Returns the attempts so far, this one counted, or ``None`` when the rollout was not there to take.
         """
         try:
             response = self._dynamodb.update_item(
                 TableName=self._sessions,
                 Key=_key(session_id),
-                UpdateExpression="SET #dispatched = :at, #deadline = :deadline ADD #attempts :one",
-                ConditionExpression="#state = :admitted AND #owner = :owner",
+                UpdateExpression="SET #owner = :owner, #lease = :lease ADD #attempts :one",
+                ConditionExpression="#state = :admitted AND #lease < :now AND #owner = :previous",
                 ExpressionAttributeNames={
-                    "#dispatched": ATTR_DISPATCHED_AT,
-                    "#deadline": ATTR_DEADLINE_AT,
-                    "#attempts": ATTR_ATTEMPTS,
                     "#state": ATTR_STATE,
                     "#owner": ATTR_LEASE_OWNER,
+                    "#lease": ATTR_LEASE_UNTIL,
+                    "#attempts": ATTR_ATTEMPTS,
                 },
                 ExpressionAttributeValues={
-                    ":at": _n(dispatched_at),
-                    ":deadline": _n(deadline_at),
+                    ":owner": _s(owner),
+                    ":previous": _s(previous_owner or ""),
+                    ":lease": _n(lease_until),
+                    ":now": _n(now),
                     ":one": _n(1),
                     ":admitted": _s(SessionState.ADMITTED),
-                    ":owner": _s(owner),
                 },
                 ReturnValues="UPDATED_NEW",
             )
@@ -315,32 +336,47 @@ class Ledger:
             raise
         return int(response["Attributes"][ATTR_ATTEMPTS]["N"])
 
-    def mark_running(self, session_id: str, *, owner: str) -> bool:
-        """Record that the invoke succeeded; ``False`` when the rollout ended meanwhile (cancel, deadline)."""
+    def mark_running(self, session_id: str, *, owner: str, dispatched_at: float, deadline_at: float) -> bool:
+        """Record that the invoke sent at ``dispatched_at`` succeeded; the rollout's timeout runs from there.
+
+        Until then its deadline is the latest one (start limit + timeout), so a dispatcher that dies between
+        the invoke and this write leaves a rollout the sweeper still ends. ``False`` when the rollout ended
+        meanwhile (cancel, deadline) or another dispatcher took it over.
+        """
         return self._conditional(
             self._dynamodb.update_item,
             TableName=self._sessions,
             Key=_key(session_id),
-            UpdateExpression="SET #state = :running REMOVE #owner, #lease",
+            UpdateExpression="SET #state = :running, #dispatched = :at, #deadline = :deadline REMOVE #owner, #lease",
             ConditionExpression="#state = :admitted AND #owner = :owner",
-            ExpressionAttributeNames={"#state": ATTR_STATE, "#owner": ATTR_LEASE_OWNER, "#lease": ATTR_LEASE_UNTIL},
+            ExpressionAttributeNames={
+                "#state": ATTR_STATE,
+                "#owner": ATTR_LEASE_OWNER,
+                "#lease": ATTR_LEASE_UNTIL,
+                "#dispatched": ATTR_DISPATCHED_AT,
+                "#deadline": ATTR_DEADLINE_AT,
+            },
             ExpressionAttributeValues={
                 ":running": _s(SessionState.RUNNING),
                 ":admitted": _s(SessionState.ADMITTED),
                 ":owner": _s(owner),
+                ":at": _n(dispatched_at),
+                ":deadline": _n(deadline_at),
             },
         )
 
-    def release_to_queued(self, session_id: str, *, owner: str, deadline_at: float) -> bool:
+    def release_to_queued(self, session_id: str, *, owner: str, deadline_at: float, attempted: bool) -> bool:
         """Put an ``admitted`` rollout back to ``queued`` and free its slot; ``False`` if ``owner`` lost it.
 
-        ``deadline_at`` replaces the deadline an invoke attempt set (start + timeout): the rollout did not
-        start, so until the next attempt its deadline is the latest one (start limit + timeout).
+        ``deadline_at`` is the deadline of a rollout that has not started: the latest one (start limit +
+        timeout). ``attempted``: the invoke was sent (and failed); otherwise the attempt counted at
+        admission is given back (no invoke slot came), so waiting for the budget never uses up attempts.
         """
         session_update = {
             "TableName": self._sessions,
             "Key": _key(session_id),
-            "UpdateExpression": "SET #state = :queued, #deadline = :deadline REMOVE #inflight, #owner, #lease",
+            "UpdateExpression": "SET #state = :queued, #deadline = :deadline, #attempts = #attempts - :refund "
+            "REMOVE #inflight, #owner, #lease",
             "ConditionExpression": "#state = :admitted AND #owner = :owner AND attribute_exists(#inflight)",
             "ExpressionAttributeNames": {
                 "#state": ATTR_STATE,
@@ -348,18 +384,20 @@ class Ledger:
                 "#inflight": ATTR_INFLIGHT,
                 "#owner": ATTR_LEASE_OWNER,
                 "#lease": ATTR_LEASE_UNTIL,
+                "#attempts": ATTR_ATTEMPTS,
             },
             "ExpressionAttributeValues": {
                 ":queued": _s(SessionState.QUEUED),
                 ":deadline": _n(deadline_at),
                 ":admitted": _s(SessionState.ADMITTED),
                 ":owner": _s(owner),
+                ":refund": _n(0 if attempted else 1),
             },
         }
-        reasons = self._transact({"Update": session_update}, self._free_slot())
-        if reasons is None:
+        failed = self._transact({"Update": session_update}, self._free_slot())
+        if failed is None:
             return True
-        if reasons[0] == _REASON_CONDITION:
+        if failed.reasons[0] == _REASON_CONDITION:
             return False
         self._warn_count_at_zero(session_id)
         return self._conditional(self._dynamodb.update_item, **session_update)
@@ -411,20 +449,22 @@ class Ledger:
         try_holding = holding
         for _ in range(_FINISH_ROUNDS):
             if try_holding:
-                reasons = self._transact({"Update": holding_update}, self._free_slot())
-                if reasons is None:
+                failed = self._transact({"Update": {**holding_update, **_RETURN_OLD_ON_FAILURE}}, self._free_slot())
+                if failed is None:
                     return Transition.RELEASED
-                if reasons[0] != _REASON_CONDITION:
+                if failed.reasons[0] != _REASON_CONDITION:
                     self._warn_count_at_zero(key.session_id)
                     if self._conditional(self._dynamodb.update_item, **holding_update):
                         return Transition.RELEASED
                     continue
+                if _is_finished(failed.items[0]):
+                    return Transition.ALREADY_FINISHED
             try:
                 self._dynamodb.update_item(**not_holding, ReturnValuesOnConditionCheckFailure="ALL_OLD")
             except ClientError as exc:
                 if exc.response["Error"]["Code"] != _CONDITION_FAILED:
                     raise
-                if exc.response["Item"].get(ATTR_STATE) == _s(SessionState.FINISHED):
+                if _is_finished(exc.response.get("Item")):
                     return Transition.ALREADY_FINISHED
                 try_holding = True
                 continue
@@ -550,8 +590,8 @@ class Ledger:
             for item in page["Items"]:
                 yield SessionRecord.from_item(item)
 
-    def _transact(self, *items: dict[str, Any]) -> list[str] | None:
-        """Run a transaction; return ``None`` on success, else each item's cancellation reason code.
+    def _transact(self, *items: dict[str, Any]) -> _Cancelled | None:
+        """Run a transaction; return ``None`` on success, else why each item was cancelled.
 
         A transaction cancelled only by conflicts with concurrent ones (the shared budget item) is retried.
         """
@@ -563,9 +603,10 @@ class Ledger:
             except ClientError as exc:
                 if exc.response["Error"]["Code"] != _TXN_CANCELLED:
                     raise
-                reasons = [reason.get("Code", "None") for reason in exc.response.get("CancellationReasons", [])]
+                cancellations = exc.response.get("CancellationReasons", [])
+                reasons = [reason.get("Code", "None") for reason in cancellations]
                 if _REASON_CONDITION in reasons:
-                    return reasons
+                    return _Cancelled(reasons, [reason.get("Item") for reason in cancellations])
                 if _REASON_CONFLICT not in reasons or attempt == TRANSACTION_ATTEMPTS:
                     raise
             self._sleep(_CONFLICT_PAUSE_S * attempt * (1 + random.random()))
@@ -588,9 +629,38 @@ class Ledger:
         return True
 
 
+def _create(
+    table: str, request: DispatchRequest, attributes: Mapping[str, Any], *, absent: tuple[str, ...]
+) -> dict[str, Any]:
+    """An ``UpdateItem`` request that writes a rollout's item with ``attributes`` if it has none of ``absent``."""
+    values = {
+        ATTR_EXP_ID: _s(request.exp_id),
+        ATTR_INPUT_ID: _s(request.input_id),
+        ATTR_SUBMITTED_AT: _n(request.submitted_at),
+        ATTR_DEADLINE_AT: _n(request.deadline_at),
+        TTL_ATTRIBUTE: _n(int(request.deadline_at) + RECORD_TTL_S),
+        **attributes,
+    }
+    names = [*values, *(name for name in absent if name not in values)]
+    placeholders = {name: f"#a{index}" for index, name in enumerate(names)}
+    assignments = ", ".join(f"{placeholders[name]} = :a{index}" for index, name in enumerate(values))
+    return {
+        "TableName": table,
+        "Key": _key(request.session_id),
+        "UpdateExpression": f"SET {assignments}",
+        "ConditionExpression": " AND ".join(f"attribute_not_exists({placeholders[name]})" for name in absent),
+        "ExpressionAttributeNames": {placeholder: name for name, placeholder in placeholders.items()},
+        "ExpressionAttributeValues": {f":a{index}": value for index, value in enumerate(values.values())},
+    }
+
+
 def _record_or_none(item: Mapping[str, Any] | None) -> SessionRecord | None:
     """The record of an item a start recorded; ``None`` for no item or a cancel's mark alone."""
     return SessionRecord.from_item(item) if item and ATTR_STATE in item else None
+
+
+def _is_finished(item: Mapping[str, Any] | None) -> bool:
+    return item is not None and item.get(ATTR_STATE) == _s(SessionState.FINISHED)
 
 
 def _unchanged(item: Mapping[str, Any], placeholder: str, name: str, value_name: str, values: dict[str, Any]) -> str:

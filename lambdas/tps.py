@@ -1,19 +1,31 @@
 """The invoke budget of one runtime endpoint, shared by every dispatcher, finisher and sweeper.
 
 Reserved slots instead of per-second counters: one DynamoDB item holds ``next_at``, the start time of
-the next free slot. Taking a token is one atomic update that hands out the slot and moves ``next_at``
-one interval on; the caller sleeps until its slot starts. Slots are spaced ``1 / rate`` apart with
-``rate = floor(limit) * TPS_HEADROOM``, so any 1-second window holds at most ``floor(limit)`` starts and
-a slot may start up to :attr:`TpsBudget.max_lateness_s` late without breaking that (a later slot is
-given back and replaced). Calendar-second counters would admit twice the limit across a boundary.
+the next free slot. Taking tokens is one atomic update that hands out a run of slots and moves ``next_at``
+past them; each caller sleeps until its slot starts. A send may come up to :attr:`TpsBudget.max_lateness_s`
+(40 ms) after its slot (a busy host wakes late), so slots are spaced ``(1 + max_lateness_s) / (floor(limit)
+x TPS_HEADROOM)`` apart: the sends of any 1-second window come from slots within ``1 + max_lateness_s``,
+which hold fewer than ``floor(limit)``. Calendar-second counters would admit twice the limit across a
+boundary.
 
-A token costs one conditional update when the budget is as the caller last saw it: busy (take the slot at
-``next_at``) or idle (``next_at`` in the past: start at "now"). A failed update returns the item it met, so
-guessing wrong costs one more update and never a read.
+A caller that finds the budget idle (``next_at`` in the past) sends at once, and the reserving update's round
+trip on a busy host must not make it miss its slot: the first slot of an idle run may be sent any time
+within :data:`IDLE_WINDOW_S` and the run's later slots start after that window. The window costs capacity
+only while the budget is idle; under a backlog ``next_at`` is ahead and every slot is a plain one.
+
+One process asks for slots one update at a time: the update takes as many slots as the process has
+callers waiting (up to :data:`MAX_RUN` and within the horizon), and the callers queued behind it take
+theirs from that run without a call. A slot missed by more than the lateness (a stalled caller) is given
+up; the caller takes the next slot its process holds, and reserves only when it holds none.
+
+An update guesses the budget's state as the process last saw it: busy (take the run at ``next_at``) or idle
+(``next_at`` in the past: start at "now"). A failed update returns the item it met, so guessing wrong
+costs one more update and never a read.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import threading
 import time
@@ -29,13 +41,21 @@ from rollout_contract.resources import BUDGET_PARTITION_KEY, TTL_ATTRIBUTE
 if TYPE_CHECKING:
     from botocore.client import BaseClient
 
-#: Fraction of the limit the slots are spaced for; the rest absorbs jitter between reserving and sending.
-TPS_HEADROOM = 0.97
-#: How far ahead of "now" a slot starts at the earliest: time for the caller's own writes before it sends.
-LEAD_S = 0.1
+#: Fraction of the limit the slots are spaced for, on top of the lateness: clocks and networks jitter.
+TPS_HEADROOM = 0.99
+#: How late a send may come after its slot's start (a busy host's late wake-up) and still use the slot.
+MAX_LATENESS_S = 0.04
+#: How far ahead of "now" a slot starts at the earliest.
+LEAD_S = 0.01
+#: How late the first slot of a run taken from an idle budget may be sent: the reserving update's round trip
+#: on a busy host.
+IDLE_WINDOW_S = 0.1
+#: Most slots one update takes for the callers of one process.
+MAX_RUN = 10
 #: How long a budget item outlives its last use (TTL), in seconds.
 ITEM_TTL_S = 24 * 3600
 _CONDITION_FAILED = "ConditionalCheckFailedException"
+_FORGET_WINDOW_S = 60.0
 _MAX_ROUNDS = 8
 
 
@@ -53,6 +73,7 @@ class TpsBudget:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         lead_s: float = LEAD_S,
+        max_lateness_s: float = MAX_LATENESS_S,
     ) -> None:
         if limit <= 0:
             raise ValueError(f"TPS limit must be positive, got {limit}")
@@ -62,14 +83,33 @@ class TpsBudget:
         self._clock = clock
         self._sleep = sleep
         self.lead_s = lead_s
-        whole = math.floor(limit) if limit >= 1 else limit
-        self.interval_s = 1.0 / (whole * TPS_HEADROOM)
-        self.max_lateness_s = (1.0 / TPS_HEADROOM - 1.0) / 2 if limit >= 1 else self.interval_s / 2
-        #: ``next_at`` as the last update saw it (``-inf``: unset); ``None`` before the first update.
+        if limit >= 1:
+            self.max_lateness_s = max_lateness_s
+            self.interval_s = (1.0 + max_lateness_s) / (math.floor(limit) * TPS_HEADROOM)
+        else:  # one send per window at most: a late send still leaves half an interval to the next
+            self.interval_s = 1.0 / (limit * TPS_HEADROOM)
+            self.max_lateness_s = self.interval_s / 2
+        #: ``next_at`` as the last update saw it (``-inf``: unset); ``None`` before the first update. It never
+        #: moves back, so a slot seen beyond the horizon is known to be out of reach without a call.
         self._seen_next_at: float | None = None
+        #: Slots this process reserved and has not handed out yet, earliest first.
+        self._held: list[float] = []
+        #: The latest send time of the idle runs' first slots handed out and not yet waited for, by start.
+        self._windows: dict[float, float] = {}
+        #: Callers of :meth:`reserve` in this process right now (the size of the next run).
+        self._callers = 0
+        self._state = threading.Lock()
+        #: One update at a time per process: the callers queued behind it take slots from its run.
+        self._reserving = threading.Lock()
         #: Held by the one thread of this process that waits for a slot; the others queue behind it, so a
         #: batch's threads do not all wake at the same moment and each spend an update on the same slot.
         self._waiting = threading.Lock()
+
+    @property
+    def callers(self) -> int:
+        """Callers of :meth:`reserve` in this process now: the size of the next run an update takes."""
+        with self._state:
+            return self._callers
 
     def reserve(self, *, horizon_s: float) -> float:
         """Reserve the next free slot if it starts within ``horizon_s`` seconds; return its start time.
@@ -77,21 +117,36 @@ class TpsBudget:
         Raises:
             NoTokenError: every slot up to the horizon is taken (``retry_after_s`` says for how long).
         """
+        with self._state:
+            self._callers += 1
+        try:
+            with self._reserving:
+                return self._reserve(horizon_s)
+        finally:
+            with self._state:
+                self._callers -= 1
+
+    def _reserve(self, horizon_s: float) -> float:
         for _ in range(_MAX_ROUNDS):
             now = self._clock()
             earliest = now + self.lead_s
             horizon = max(now + horizon_s, earliest)
+            held = self._take_held(now, horizon)
+            if held is not None:
+                return held
             seen = self._seen_next_at
-            # Idle when last seen: try the slot at "now" first (a busy budget goes straight to ``next_at``).
-            if seen is not None and seen < earliest and self._take_idle_slot(earliest):
-                return earliest
-            start, next_at = self._take_queued_slot(earliest, horizon)
-            if start is not None:
-                return start
+            if seen is not None and seen > horizon:
+                raise NoTokenError(retry_after_s=seen - horizon)
+            # Idle when last seen: try a run from "now" first (a busy budget goes straight to ``next_at``).
+            if seen is not None and seen < earliest and self._take_idle_run(earliest, horizon):
+                return self._hand_out()
+            next_at = self._take_queued_run(earliest, horizon)
+            if next_at is None:
+                return self._hand_out()
             if next_at > horizon:
                 raise NoTokenError(retry_after_s=next_at - horizon)
-            if next_at < earliest and self._take_idle_slot(earliest):
-                return earliest
+            if next_at < earliest and self._take_idle_run(earliest, horizon):
+                return self._hand_out()
         raise NoTokenError(retry_after_s=self.interval_s)
 
     def reserve_waiting(self, *, horizon_s: float, wait_s: float) -> float:
@@ -139,7 +194,9 @@ class TpsBudget:
             if delay > 0:
                 self._sleep(delay)
             now = self._clock()
-            if now - start <= self.max_lateness_s:
+            with self._state:
+                latest = self._windows.pop(start, start + self.max_lateness_s)
+            if now <= latest:
                 return now
             start = self.reserve_waiting(horizon_s=max_wait_s, wait_s=wait_s)
 
@@ -151,23 +208,36 @@ class TpsBudget:
         """
         return self.wait_for(self.reserve(horizon_s=max_wait_s), max_wait_s=max_wait_s)
 
-    def _take_queued_slot(self, earliest: float, horizon: float) -> tuple[float | None, float]:
-        """Take the slot at ``next_at`` when it lies in ``[earliest, horizon]``.
+    def _run_length(self, first: float, horizon: float) -> int:
+        """Slots to take in a run from ``first``: one per caller waiting now, as many as start within ``horizon``."""
+        with self._state:
+            wanted = min(MAX_RUN, self._callers)
+        return max(1, min(wanted, math.floor((horizon - first) / self.interval_s + 1e-9) + 1))
+
+    @property
+    def _idle_shift_s(self) -> float:
+        """How much later than a plain run an idle run's second slot starts (its first slot's longer window)."""
+        return max(0.0, IDLE_WINDOW_S - self.max_lateness_s)
+
+    def _take_queued_run(self, earliest: float, horizon: float) -> float | None:
+        """Take a run of slots from ``next_at`` when it lies in ``[earliest, horizon]``, the run within the horizon.
 
         Returns:
-            The slot's start (``None`` when not taken) and ``next_at`` as the update saw it (``-inf``: unset).
+            ``None`` when taken (the run is held), else ``next_at`` as the update saw it (``-inf``: unset).
         """
+        seen = self._seen_next_at
+        count = self._run_length(seen if seen is not None and seen >= earliest else earliest, horizon)
         try:
             response = self._dynamodb.update_item(
                 TableName=self._table,
                 Key=self._key,
                 UpdateExpression="SET #next = #next + :step, #ttl = :ttl",
-                ConditionExpression="#next BETWEEN :earliest AND :horizon",
+                ConditionExpression="#next BETWEEN :earliest AND :last_first",
                 ExpressionAttributeNames={"#next": ATTR_NEXT_AT, "#ttl": TTL_ATTRIBUTE},
                 ExpressionAttributeValues={
-                    ":step": _number(self.interval_s),
+                    ":step": _number(count * self.interval_s),
                     ":earliest": _number(earliest),
-                    ":horizon": _number(horizon),
+                    ":last_first": _number(horizon - (count - 1) * self.interval_s),
                     ":ttl": _number(int(earliest) + ITEM_TTL_S),
                 },
                 ReturnValues="UPDATED_NEW",
@@ -176,13 +246,18 @@ class TpsBudget:
         except ClientError as exc:
             if exc.response["Error"]["Code"] != _CONDITION_FAILED:
                 raise
-            next_at = self._remember(exc.response.get("Item"))
-            return None, next_at
+            return self._remember(exc.response.get("Item"))
         next_at = self._remember(response["Attributes"])
-        return next_at - self.interval_s, next_at
+        self._hold([next_at - (count - index) * self.interval_s for index in range(count)])
+        return None
 
-    def _take_idle_slot(self, earliest: float) -> bool:
-        """Take the slot starting at ``earliest`` when the budget is idle (``next_at`` before it, or unset)."""
+    def _take_idle_run(self, earliest: float, horizon: float) -> bool:
+        """Take a run of slots from ``earliest`` when the budget is idle (``next_at`` before it, or unset)."""
+        # The first slot is sent any time up to IDLE_WINDOW_S after ``earliest``: as if it started at
+        # ``earliest + shift`` with the usual lateness, sent early, which the idle budget allows (no slot
+        # after ``earliest - interval``), so the run's later slots follow that virtual start.
+        shift = self._idle_shift_s
+        count = self._run_length(earliest + shift, horizon)
         try:
             self._dynamodb.update_item(
                 TableName=self._table,
@@ -191,7 +266,7 @@ class TpsBudget:
                 ConditionExpression="attribute_not_exists(#next) OR #next < :earliest",
                 ExpressionAttributeNames={"#next": ATTR_NEXT_AT, "#ttl": TTL_ATTRIBUTE},
                 ExpressionAttributeValues={
-                    ":next": _number(earliest + self.interval_s),
+                    ":next": _number(earliest + shift + count * self.interval_s),
                     ":earliest": _number(earliest),
                     ":ttl": _number(int(earliest) + ITEM_TTL_S),
                 },
@@ -202,8 +277,33 @@ class TpsBudget:
                 raise
             self._remember(exc.response.get("Item"))
             return False
-        self._seen_next_at = earliest + self.interval_s
+        self._seen_next_at = earliest + shift + count * self.interval_s
+        self._hold([earliest, *(earliest + shift + index * self.interval_s for index in range(1, count))])
+        with self._state:
+            self._windows[earliest] = earliest + shift + self.max_lateness_s
         return True
+
+    def _hold(self, run: list[float]) -> None:
+        with self._state:
+            for start in run:
+                bisect.insort(self._held, start)
+
+    def _hand_out(self) -> float:
+        """The earliest held slot (a run was just taken, so there is one)."""
+        with self._state:
+            return self._held.pop(0)
+
+    def _take_held(self, now: float, horizon: float) -> float | None:
+        """The earliest held slot still usable (half the lateness left) and within the horizon, if any."""
+        with self._state:
+            margin = self.max_lateness_s / 2
+            while self._held and self._windows.get(self._held[0], self._held[0] + self.max_lateness_s) - margin < now:
+                self._windows.pop(self._held.pop(0), None)  # expired unused: lost capacity, never an extra send
+            for start in [start for start, latest in self._windows.items() if latest < now - _FORGET_WINDOW_S]:
+                del self._windows[start]  # handed out but never waited for (the caller gave up before its send)
+            if self._held and self._held[0] <= horizon:
+                return self._held.pop(0)
+        return None
 
     def _remember(self, item: dict[str, dict[str, str]] | None) -> float:
         """Keep and return the ``next_at`` of an item an update returned (``-inf`` when it had none)."""

@@ -27,7 +27,7 @@ from rollout_contract.protocol import (
 from rollout_contract.resources import BUDGET_PARTITION_KEY
 from rollout_contract.results import ROLLOUT_FIELD, Status
 from rollout_contract.sessions import SessionState
-from tests.lambdas.conftest import BUCKET, EXP_ID, INVOKE, STOP, CallCounter, Env, failed_ids, sqs_event
+from tests.lambdas.conftest import BUCKET, EXP_ID, INVOKE, STOP, CallCounter, Env, failed_ids, punctual, sqs_event
 
 
 def send_and_receive(env: Env, *bodies: str) -> list[dict]:
@@ -87,8 +87,8 @@ def test_redelivered_dispatch_starts_no_second_rollout(env: Env) -> None:
 def test_crash_after_admission_then_redelivery_invokes_once_and_keeps_one_slot(env: Env) -> None:
     # GIVEN a dispatcher that recorded and admitted a rollout, then died before invoking (lease ran out)
     request = env.start_request()
-    env.rt.ledger.record_queued(request)
-    assert env.rt.ledger.admit(request.session_id, owner="dead", lease_until=time.time() - 1) is Admission.ADMITTED
+    queued = env.rt.ledger.record_queued(request).record
+    assert env.rt.ledger.admit(queued, owner="dead", lease_until=time.time() - 1) is Admission.ADMITTED
 
     # WHEN the message is redelivered
     outcome = dispatch(request, receive_count=2, rt=env.rt)
@@ -116,8 +116,8 @@ def test_crash_after_recording_then_redelivery_invokes_once(env: Env) -> None:
 def test_copy_of_a_message_is_requeued_while_another_dispatcher_holds_the_lease(env: Env) -> None:
     # GIVEN a rollout admitted by a live dispatcher (lease in the future)
     request = env.start_request()
-    env.rt.ledger.record_queued(request)
-    env.rt.ledger.admit(request.session_id, owner="alive", lease_until=time.time() + 60)
+    queued = env.rt.ledger.record_queued(request).record
+    env.rt.ledger.admit(queued, owner="alive", lease_until=time.time() + 60)
 
     # WHEN a second copy of the message arrives
     with pytest.raises(RequeueError) as caught:
@@ -370,18 +370,43 @@ def test_invoke_budget_reserved_beyond_the_wait_requeues_and_frees_the_slot(env:
     assert env.rt.ledger.slots_held() == (0, 0)
 
 
-def test_first_delivery_costs_one_write_per_step_and_no_read(env: Env, calls: CallCounter) -> None:
+def test_first_delivery_costs_one_transaction_one_token_and_one_write(env: Env, calls: CallCounter) -> None:
+    env = punctual(env)
     # GIVEN a dispatcher that has taken an invoke token before (it knows the budget's state)
     assert dispatch(env.start_request(), receive_count=1, rt=env.rt) is DispatchOutcome.INVOKED
     calls.take()
 
     # WHEN a new start message is delivered for the first time
-    outcome = dispatch(env.start_request(), receive_count=1, rt=env.rt)
+    request = env.start_request()
+    outcome = dispatch(request, receive_count=1, rt=env.rt)
 
-    # THEN the rollout starts with one write each to record it, take a slot, take a token, fence the invoke
-    # and mark it running: no read, no HEAD of the result
+    # THEN the rollout starts with one transaction (record, admit, count the attempt, take the slot), one
+    # update for the invoke token and one to mark it running: no read, no HEAD of the result
     assert outcome is DispatchOutcome.INVOKED
-    assert calls.take() == {"UpdateItem": 4, "TransactWriteItems": 1}
+    assert calls.take() == {"TransactWriteItems": 1, "UpdateItem": 2}
+    record = env.rt.ledger.get(request.session_id)
+    assert (record.state, record.attempts, record.inflight) == (SessionState.RUNNING, 1, True)
+    assert record.dispatched_at is not None and record.deadline_at < request.deadline_at
+    assert env.rt.ledger.slots_held() == (2, 2)
+
+
+def test_first_delivery_without_a_free_slot_records_the_rollout_queued(env: Env, calls: CallCounter) -> None:
+    env = punctual(env)
+    # GIVEN a session budget that is full
+    for _ in range(env.rt.settings.session_budget):
+        assert dispatch(env.start_request(), receive_count=1, rt=env.rt) is DispatchOutcome.INVOKED
+    request = env.start_request()
+    calls.take()
+
+    # WHEN a new start message is delivered for the first time
+    with pytest.raises(RequeueError, match="no free session slot"):
+        dispatch(request, receive_count=1, rt=env.rt)
+
+    # THEN the failed transaction wrote nothing, and one write recorded the rollout as queued (no attempt spent)
+    assert calls.take() == {"TransactWriteItems": 1, "UpdateItem": 1}
+    record = env.rt.ledger.get(request.session_id)
+    assert (record.state, record.attempts, record.inflight) == (SessionState.QUEUED, 0, False)
+    assert env.acr.calls_of(INVOKE, request.session_id) == []
 
 
 def test_redelivered_start_of_a_running_rollout_costs_one_read(env: Env, calls: CallCounter) -> None:
@@ -422,9 +447,10 @@ def test_start_after_an_early_cancel_checks_for_the_result_before_anything_else(
     # WHEN the start message arrives for the first time
     outcome = dispatch(request, receive_count=1, rt=env.rt)
 
-    # THEN the record write finds the cancel's mark, so the result is looked for and found: no slot, no invoke
+    # THEN the start transaction finds the cancel's mark and writes nothing; the rollout is recorded, the result
+    # looked for and found: no slot, no invoke
     assert outcome is DispatchOutcome.RESULT_EXISTS
-    assert calls.take() == {"UpdateItem": 1, "HeadObject": 1}
+    assert calls.take() == {"TransactWriteItems": 1, "UpdateItem": 1, "HeadObject": 1}
     assert env.acr.calls_of(INVOKE) == []
     assert env.rt.ledger.slots_held() == (0, 0)
 

@@ -16,7 +16,7 @@ from rollout_contract.messages import DispatchRequest
 from rollout_contract.protocol import RESOURCE_NOT_FOUND, THROTTLING
 from rollout_contract.results import RolloutResult, Status, Timings
 from rollout_contract.sessions import SessionState
-from tests.lambdas.conftest import BUCKET, EXP_ID, STOP, CallCounter, Env, failed_ids, sqs_event
+from tests.lambdas.conftest import BUCKET, EXP_ID, STOP, CallCounter, Env, failed_ids, punctual, sqs_event
 
 
 def agent_writes_result(env: Env, request: DispatchRequest, *, rewards: float = 1.0) -> RolloutResult:
@@ -82,8 +82,10 @@ def test_duplicate_events_change_nothing(env: Env, capsys: pytest.CaptureFixture
     finisher.handler(sqs_event(messages), None)
     finisher.handler(sqs_event(messages), None)
 
-    # THEN no second stop, no extra slot freed (never negative), no second completion metric
-    assert len(env.acr.calls_of(STOP)) == 1
+    # THEN no extra slot freed (never negative), no second completion metric; each repeat cost a stop that
+    # found no session (no read comes before the stop)
+    assert len(env.acr.calls_of(STOP)) == 3
+    assert env.rt.ledger.get(request.session_id).state is SessionState.FINISHED
     assert env.rt.ledger.slots_held() == (0, 0)
     assert not any("RolloutsCompleted" in b for b in emf_blobs(capsys.readouterr().out))
 
@@ -169,7 +171,8 @@ def test_cancel_after_start_stops_the_session_through_the_finisher(env: Env) -> 
     assert env.rt.ledger.slots_held() == (0, 0)
 
 
-def test_result_event_costs_one_read_one_token_and_one_transaction(env: Env, calls: CallCounter) -> None:
+def test_result_event_costs_one_token_and_one_transaction(env: Env, calls: CallCounter) -> None:
+    env = punctual(env)
     # GIVEN a running rollout whose agent wrote its result
     request = env.start_request()
     dispatch(request, receive_count=1, rt=env.rt)
@@ -180,13 +183,14 @@ def test_result_event_costs_one_read_one_token_and_one_transaction(env: Env, cal
     # WHEN the finisher handles the event
     transition = finisher.finish_event(messages[0]["Body"], env.rt)
 
-    # THEN it read the result and the item, took one invoke token for the stop and finished in one transaction
-    assert calls.take() == {"GetObject": 1, "GetItem": 1, "UpdateItem": 1, "TransactWriteItems": 1}
+    # THEN it read the result, took one invoke token for the stop and finished in one transaction: no item read
+    assert calls.take() == {"GetObject": 1, "UpdateItem": 1, "TransactWriteItems": 1}
     assert transition is Transition.RELEASED
     assert env.rt.ledger.slots_held() == (0, 0)
 
 
 def test_cancelled_before_start_is_finished_without_a_slot_to_free(env: Env, calls: CallCounter) -> None:
+    env = punctual(env)
     # GIVEN a rollout cancelled before its start message was handled (its item is the cancel's mark alone)
     # AND a finisher that has taken an invoke token before (it knows the budget's state)
     request = env.start_request()
@@ -198,9 +202,9 @@ def test_cancelled_before_start_is_finished_without_a_slot_to_free(env: Env, cal
     # WHEN the finisher handles the cancelled result's event
     transition = finisher.finish_event(messages[0]["Body"], env.rt)
 
-    # THEN the rollout is finished as cancelled with one write (no slot to free, no failed transaction first)
-    # besides the reads of the result and the item and the stop's token
+    # THEN the rollout is finished as cancelled with one write (a result never dispatched holds no slot, so no
+    # transaction is tried first) besides the read of the result and the stop's token
     assert transition is Transition.FINISHED
-    assert calls.take() == {"GetObject": 1, "GetItem": 1, "UpdateItem": 2}
+    assert calls.take() == {"GetObject": 1, "UpdateItem": 2}
     assert env.rt.ledger.get(request.session_id).status == Status.CANCELLED.value
     assert env.rt.ledger.slots_held() == (0, 0)

@@ -34,8 +34,8 @@ def test_recording_a_new_rollout_returns_the_item_it_wrote(env: Env, calls: Call
 def test_recording_a_rollout_again_returns_the_existing_item_unchanged(env: Env) -> None:
     # GIVEN a rollout that was recorded and admitted
     request = env.start_request()
-    env.rt.ledger.record_queued(request)
-    assert env.rt.ledger.admit(request.session_id, owner="a", lease_until=time.time() + 60) is Admission.ADMITTED
+    queued = env.rt.ledger.record_queued(request).record
+    assert env.rt.ledger.admit(queued, owner="a", lease_until=time.time() + 60) is Admission.ADMITTED
 
     # WHEN it is recorded again (a redelivered message)
     record, new = env.rt.ledger.record_queued(request)
@@ -77,8 +77,8 @@ def test_cancel_mark_returns_the_recorded_item(env: Env) -> None:
 def test_finish_believed_not_holding_still_frees_the_slot_exactly_once(env: Env) -> None:
     # GIVEN an admitted rollout holding a slot
     request = env.start_request()
-    env.rt.ledger.record_queued(request)
-    env.rt.ledger.admit(request.session_id, owner="a", lease_until=time.time() + 60)
+    queued = env.rt.ledger.record_queued(request).record
+    env.rt.ledger.admit(queued, owner="a", lease_until=time.time() + 60)
 
     # WHEN it is finished by a caller that believes it holds none, then again
     first = env.rt.ledger.finish(request.key, status=Status.SUCCEEDED, finished_at=time.time(), holding=False)
@@ -140,11 +140,11 @@ def _ledger_over(env: Env, dynamodb: object) -> Ledger:
 def test_a_slot_transaction_that_conflicts_with_a_concurrent_one_is_retried(env: Env) -> None:
     # GIVEN a queued rollout and a budget item that two concurrent transactions touch first
     request = env.start_request()
-    env.rt.ledger.record_queued(request)
+    queued = env.rt.ledger.record_queued(request).record
     dynamodb = _ConflictingDynamoDB(env.rt.clients.dynamodb, conflicts=2)
 
     # WHEN the dispatcher asks for a slot
-    admission = _ledger_over(env, dynamodb).admit(request.session_id, owner="a", lease_until=time.time() + 60)
+    admission = _ledger_over(env, dynamodb).admit(queued, owner="a", lease_until=time.time() + 60)
 
     # THEN the conflicts were retried and the slot taken once
     assert admission is Admission.ADMITTED and dynamodb.conflicts == 0
@@ -154,10 +154,10 @@ def test_a_slot_transaction_that_conflicts_with_a_concurrent_one_is_retried(env:
 def test_a_transaction_that_keeps_conflicting_raises_after_its_attempts(env: Env) -> None:
     # GIVEN a budget item so contended that every attempt conflicts
     request = env.start_request()
-    env.rt.ledger.record_queued(request)
+    queued = env.rt.ledger.record_queued(request).record
     dynamodb = _ConflictingDynamoDB(env.rt.clients.dynamodb, conflicts=TRANSACTION_ATTEMPTS)
 
     # WHEN the dispatcher asks for a slot THEN the error surfaces (the message is retried by SQS) and no slot is held
     with pytest.raises(ClientError, match="TransactionCanceled"):
-        _ledger_over(env, dynamodb).admit(request.session_id, owner="a", lease_until=time.time() + 60)
+        _ledger_over(env, dynamodb).admit(queued, owner="a", lease_until=time.time() + 60)
     assert not env.rt.ledger.get(request.session_id).inflight
