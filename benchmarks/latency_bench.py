@@ -84,6 +84,10 @@ PRICES = {
 _DYNAMODB_READS = frozenset({"GetItem", "Query", "BatchGetItem", "Scan", "TransactGetItems"})
 
 
+#: The sweeper's schedule in AWS (every minute), so its calls per rollout are what they would be there.
+SWEEP_INTERVAL_S = 60.0
+
+
 @dataclass(frozen=True)
 class BenchSettings:
     """What the benchmark runs."""
@@ -96,6 +100,7 @@ class BenchSettings:
     tps: float
     sessions: int
     run_dir: Path
+    dispatchers: int = 5
 
 
 @dataclass
@@ -275,6 +280,8 @@ def run(settings: BenchSettings) -> Report:
             agent_command=(sys.executable, str(LATENCY_AGENT)),
             tps_limit=settings.tps,
             session_budget=settings.sessions,
+            dispatcher_environments=settings.dispatchers,
+            sweep_interval_s=SWEEP_INTERVAL_S,
             runtime_options={"preload": AGENT_PRELOAD},
         )
     )
@@ -507,7 +514,8 @@ def render(report: Report, settings: BenchSettings) -> str:
         [
             "",
             f"== latency: ours (dispatch queue, dispatcher, events, gateway) vs direct invoke + HEAD polls; "
-            f"{settings.rollout_s:g} s rollouts, invoke budget {settings.tps:g}/s, {settings.sessions} sessions ==",
+            f"{settings.rollout_s:g} s rollouts, invoke budget {settings.tps:g}/s, {settings.sessions} sessions, "
+            f"{settings.dispatchers} dispatcher environments ==",
             "   timing on a shared 2-core machine is noisy: compare the two clients, measured in the same run",
             render_hops(report),
             "",
@@ -536,6 +544,12 @@ def parse_args(argv: Sequence[str] | None = None) -> BenchSettings:
     parser.add_argument("--rollout-s", type=float, default=2.0, help="length of the idle and batch rollouts")
     parser.add_argument("--long-s", type=float, help="length of the long rollouts (default 20, quick 8)")
     parser.add_argument("--long", type=int, help="long rollouts per client (default 6, quick 3; 0: skip)")
+    parser.add_argument(
+        "--dispatchers",
+        type=int,
+        default=5,
+        help="dispatcher environments (default 5: Lambda's first concurrent batches for an SQS event source)",
+    )
     parser.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="parent of the stack's logs")
     args = parser.parse_args(argv)
     quick = args.quick
@@ -553,9 +567,12 @@ def parse_args(argv: Sequence[str] | None = None) -> BenchSettings:
         tps=args.tps if args.tps is not None else (10.0 if quick else 20.0),
         sessions=args.sessions,
         run_dir=args.run_dir,
+        dispatchers=args.dispatchers,
     )
-    if settings.idle_pairs < 1 or settings.sessions < 1 or settings.tps <= 0 or any(s < 1 for s in sizes):
-        parser.error("--idle, --sessions, --tps and batch sizes must be positive")
+    if settings.idle_pairs < 1 or settings.sessions < 1 or settings.tps <= 0 or settings.dispatchers < 1:
+        parser.error("--idle, --sessions, --tps and --dispatchers must be positive")
+    if any(s < 1 for s in sizes):
+        parser.error("batch sizes must be positive")
     return settings
 
 

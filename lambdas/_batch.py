@@ -47,8 +47,12 @@ def handle_sqs_batch(
     """The body of a queue-fed handler: build the runtime, process the records, report partial failures.
 
     Call it from a handler wrapped in :func:`lambdas.observability.lambda_entry_point`, which flushes the
-    metrics whatever happens (the batch size is recorded first, so every invocation has one).
+    metrics whatever happens (the batch size is recorded first, so every invocation has one). The invoke
+    budget expects a slot per record, so the batch's invokes or stops share runs of slots.
     """
-    add_metric(names.BATCH_RECORDS, len(event.get("Records", [])))
-    current_runtime()
-    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+    records = len(event.get("Records", []))
+    add_metric(names.BATCH_RECORDS, records)
+    with current_runtime().acr.tps.expecting(records):
+        return process_partial_response(
+            event=event, record_handler=record_handler, processor=processor, context=context
+        )

@@ -1,8 +1,16 @@
-"""Settings and clients of one Lambda process, built on the first handler call and reused after."""
+"""Settings and clients of one Lambda process, built once and reused.
+
+Lambda runs a function's module code once per execution environment before its first event (the init
+phase), and clients made then are ready for that event. So this module builds the runtime on import when
+the function's ``ROLLOUTS_*`` settings are there (always, in Lambda and in the local worker, which exports
+them before it imports the handlers); a test that imports the handlers without them builds it on the first
+call instead.
+"""
 
 from __future__ import annotations
 
 import functools
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +24,7 @@ from lambdas.ledger import Ledger
 from lambdas.observability import bind_experiment, logger
 from lambdas.store import ResultStore
 from lambdas.tps import TpsBudget
-from rollout_contract.resources import ExperimentResources, HandlerSettings
+from rollout_contract.resources import HANDLER_ENV_PREFIX, ExperimentResources, HandlerSettings
 
 if TYPE_CHECKING:
     from botocore.client import BaseClient
@@ -112,3 +120,7 @@ def current_runtime() -> Runtime:
     # The SDK ships with the function (infra/functions.py); its version says which API operations exist.
     logger.info("cold start", extra={"boto3_version": boto3.__version__, "botocore_version": botocore.__version__})
     return Runtime.build(settings)
+
+
+if f"{HANDLER_ENV_PREFIX}EXP_ID" in os.environ:
+    current_runtime()

@@ -29,7 +29,8 @@ import bisect
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
@@ -56,6 +57,8 @@ MAX_RUN = 10
 ITEM_TTL_S = 24 * 3600
 _CONDITION_FAILED = "ConditionalCheckFailedException"
 _FORGET_WINDOW_S = 60.0
+#: Slot times are sums of floats: a horizon is met to within this.
+_ROUNDING_S = 1e-6
 _MAX_ROUNDS = 8
 
 
@@ -98,6 +101,8 @@ class TpsBudget:
         self._windows: dict[float, float] = {}
         #: Callers of :meth:`reserve` in this process right now (the size of the next run).
         self._callers = 0
+        #: Slots the batch this process is handling may still ask for (see :meth:`expecting`).
+        self._expected = 0
         self._state = threading.Lock()
         #: One update at a time per process: the callers queued behind it take slots from its run.
         self._reserving = threading.Lock()
@@ -111,8 +116,29 @@ class TpsBudget:
         with self._state:
             return self._callers
 
-    def reserve(self, *, horizon_s: float) -> float:
+    @contextmanager
+    def expecting(self, count: int) -> Iterator[None]:
+        """While handling a batch of ``count`` records, take runs for the slots its records have yet to ask for.
+
+        A batch's records reach their reservations a few milliseconds apart (each after its own writes), so
+        runs sized by the callers waiting at that moment would be short. A record that needs no slot leaves
+        its slot unused (capacity lost, never an extra send); one process handles one batch at a time.
+        """
+        with self._state:
+            self._expected = count
+        try:
+            yield
+        finally:
+            with self._state:
+                self._expected = 0
+
+    def reserve(self, *, horizon_s: float, whole_run: bool = False) -> float:
         """Reserve the next free slot if it starts within ``horizon_s`` seconds; return its start time.
+
+        Args:
+            horizon_s: how far ahead the slot may start.
+            whole_run: while the budget is busy, take slots only once the run this process wants fits
+                within the horizon (:meth:`reserve_waiting` sleeps until then), not a shorter one sooner.
 
         Raises:
             NoTokenError: every slot up to the horizon is taken (``retry_after_s`` says for how long).
@@ -121,12 +147,12 @@ class TpsBudget:
             self._callers += 1
         try:
             with self._reserving:
-                return self._reserve(horizon_s)
+                return self._reserve(horizon_s, whole_run=whole_run)
         finally:
             with self._state:
                 self._callers -= 1
 
-    def _reserve(self, horizon_s: float) -> float:
+    def _reserve(self, horizon_s: float, *, whole_run: bool) -> float:
         for _ in range(_MAX_ROUNDS):
             now = self._clock()
             earliest = now + self.lead_s
@@ -135,8 +161,10 @@ class TpsBudget:
             if held is not None:
                 return held
             seen = self._seen_next_at
-            if seen is not None and seen > horizon:
-                raise NoTokenError(retry_after_s=seen - horizon)
+            if seen is not None and (seen > horizon or (whole_run and seen >= earliest)):
+                wait = self._until_run_fits(seen, horizon, horizon_s)
+                if wait > _ROUNDING_S:
+                    raise NoTokenError(retry_after_s=wait)
             # Idle when last seen: try a run from "now" first (a busy budget goes straight to ``next_at``).
             if seen is not None and seen < earliest and self._take_idle_run(earliest, horizon):
                 return self._hand_out()
@@ -144,7 +172,7 @@ class TpsBudget:
             if next_at is None:
                 return self._hand_out()
             if next_at > horizon:
-                raise NoTokenError(retry_after_s=next_at - horizon)
+                raise NoTokenError(retry_after_s=self._until_run_fits(next_at, horizon, horizon_s))
             if next_at < earliest and self._take_idle_run(earliest, horizon):
                 return self._hand_out()
         raise NoTokenError(retry_after_s=self.interval_s)
@@ -161,7 +189,7 @@ class TpsBudget:
         """
         give_up_at = self._clock() + wait_s
         try:
-            return self.reserve(horizon_s=horizon_s)
+            return self.reserve(horizon_s=horizon_s, whole_run=True)
         except NoTokenError as exc:
             if self._clock() + exc.retry_after_s > give_up_at:
                 raise
@@ -170,7 +198,7 @@ class TpsBudget:
         try:
             while True:
                 try:
-                    return self.reserve(horizon_s=horizon_s)
+                    return self.reserve(horizon_s=horizon_s, whole_run=True)
                 except NoTokenError as exc:
                     if self._clock() + exc.retry_after_s > give_up_at:
                         raise
@@ -211,8 +239,19 @@ class TpsBudget:
     def _run_length(self, first: float, horizon: float) -> int:
         """Slots to take in a run from ``first``: one per caller waiting now, as many as start within ``horizon``."""
         with self._state:
-            wanted = min(MAX_RUN, self._callers)
-        return max(1, min(wanted, math.floor((horizon - first) / self.interval_s + 1e-9) + 1))
+            wanted = min(MAX_RUN, max(self._callers, self._expected))
+        return max(1, min(wanted, math.floor((horizon + _ROUNDING_S - first) / self.interval_s) + 1))
+
+    def _until_run_fits(self, next_at: float, horizon: float, horizon_s: float) -> float:
+        """Seconds until the run this process wants fits within its horizon, the run at most half a horizon long.
+
+        A waiter that woke as soon as one slot came within reach would take runs of one under a backlog (the
+        horizon slides one slot at a time); waiting a little longer takes the same slots in one update.
+        """
+        with self._state:
+            wanted = min(MAX_RUN, max(self._callers, self._expected))
+        run = max(1, min(wanted, math.floor(horizon_s / 2 / self.interval_s) + 1))
+        return next_at + (run - 1) * self.interval_s - horizon
 
     @property
     def _idle_shift_s(self) -> float:
@@ -237,7 +276,7 @@ class TpsBudget:
                 ExpressionAttributeValues={
                     ":step": _number(count * self.interval_s),
                     ":earliest": _number(earliest),
-                    ":last_first": _number(horizon - (count - 1) * self.interval_s),
+                    ":last_first": _number(horizon - (count - 1) * self.interval_s + _ROUNDING_S),
                     ":ttl": _number(int(earliest) + ITEM_TTL_S),
                 },
                 ReturnValues="UPDATED_NEW",
@@ -291,6 +330,7 @@ class TpsBudget:
     def _hand_out(self) -> float:
         """The earliest held slot (a run was just taken, so there is one)."""
         with self._state:
+            self._expected = max(0, self._expected - 1)
             return self._held.pop(0)
 
     def _take_held(self, now: float, horizon: float) -> float | None:
@@ -302,6 +342,7 @@ class TpsBudget:
             for start in [start for start, latest in self._windows.items() if latest < now - _FORGET_WINDOW_S]:
                 del self._windows[start]  # handed out but never waited for (the caller gave up before its send)
             if self._held and self._held[0] <= horizon:
+                self._expected = max(0, self._expected - 1)
                 return self._held.pop(0)
         return None
 

@@ -243,6 +243,47 @@ def test_callers_of_one_process_share_a_run_of_slots_taken_in_one_update(dynamod
     assert calls.take()["UpdateItem"] <= 2
 
 
+def test_the_records_of_a_batch_share_one_run_taken_for_the_batch(dynamodb) -> None:
+    # GIVEN a budget used before, idle now, and a batch of five records being handled
+    clock = FakeClock()
+    tps = budget(dynamodb, clock, clock.sleep, limit=10)
+    tps.reserve(horizon_s=1)
+    clock.now += 60
+    calls = CallCounter().watch(dynamodb)
+
+    # WHEN the records reserve one after another (each after its own writes), then once more after the batch
+    with tps.expecting(5):
+        starts = []
+        for _ in range(5):
+            starts.append(tps.reserve(horizon_s=1))
+            clock.now += 0.01
+    after = tps.reserve(horizon_s=1)
+
+    # THEN one update took the batch's five slots, spaced as usual, and the next reservation took one more
+    assert calls.take() == {"UpdateItem": 2}
+    assert len(set(starts)) == 5 and after > starts[-1]
+    assert [later - earlier for earlier, later in itertools.pairwise(starts[1:])] == pytest.approx([tps.interval_s] * 3)
+
+
+def test_a_batch_waiting_for_a_busy_budget_wakes_when_its_run_fits_and_takes_it_in_one_update(dynamodb) -> None:
+    # GIVEN a budget another process reserved 2 s ahead, and a batch of four records here, each with a 1 s horizon
+    clock = FakeClock()
+    other, tps = budget(dynamodb, clock, clock.sleep, limit=10), budget(dynamodb, clock, clock.sleep, limit=10)
+    with pytest.raises(NoTokenError):
+        while True:
+            other.reserve(horizon_s=2)
+    calls = CallCounter().watch(dynamodb)
+
+    # WHEN the records reserve, waiting for slots in reach
+    with tps.expecting(4):
+        starts = [tps.reserve_waiting(horizon_s=1, wait_s=5) for _ in range(4)]
+
+    # THEN one update learned where the budget was, and after the wait one update took all four slots
+    assert calls.take() == {"UpdateItem": 2}
+    assert [later - earlier for earlier, later in itertools.pairwise(starts)] == pytest.approx([tps.interval_s] * 3)
+    assert starts[-1] <= clock.now + 1
+
+
 def test_concurrent_callers_share_one_budget_without_exceeding_it(dynamodb) -> None:
     # GIVEN 8 threads taking tokens from one 20/s budget on the real clock
     sends: list[float] = []
