@@ -21,6 +21,10 @@ Phases:
    full?), and, for ours, every AWS call the whole system made (moto's request recorder, callers told
    apart by user-agent app id, as in ``local_stack_bench.py``) with a cost table at published prices.
 
+The stack runs five dispatcher environments (``--dispatchers``; Lambda starts an SQS event source with five
+concurrent batches) and the sweeper every minute, as in AWS, so batch walls and calls per rollout compare
+with what AWS would do.
+
 Run: ``.venv/bin/python benchmarks/latency_bench.py [--quick]`` (``--quick``: under 2 minutes on 2 idle cores;
 the full run does batches of 64 and 512). The machine is shared and timing is noisy: read the ratios, which
 are measured in the same run. The last line is one JSON object with the headline numbers.
