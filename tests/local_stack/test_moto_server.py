@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -63,3 +65,42 @@ def test_dynamodb_transactions_stay_atomic_under_concurrent_requests(aws: AwsCli
     assert server_errors == []
     assert not [key for key in keys if key.startswith("rolled-back-")]
     assert sorted(key for key in keys if key.startswith("kept-")) == sorted(f"kept-{i}" for i in range(400))
+
+
+MODEL_COPIES = """
+import boto3
+from moto import mock_aws
+from moto.dynamodb.models.table import Table
+{patch}
+with mock_aws():
+    dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+    dynamodb.create_table(
+        TableName="t",
+        KeySchema=[{{"AttributeName": "k", "KeyType": "HASH"}}],
+        AttributeDefinitions=[{{"AttributeName": "k", "AttributeType": "S"}}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    update = {{"TableName": "t", "Key": {{"k": {{"S": "n"}}}}, "UpdateExpression": "ADD n :one",
+              "ExpressionAttributeValues": {{":one": {{"N": "1"}}}}}}
+    for _ in range(50):
+        dynamodb.transact_write_items(TransactItems=[{{"Update": update}}])
+    print(len(Table.instances_tracked))
+"""
+
+
+def _tables_kept_after_50_transactions(patch: str) -> int:
+    code = MODEL_COPIES.format(patch=patch)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    return int(done.stdout.split()[-1])
+
+
+def test_the_server_keeps_no_copy_of_a_table_a_transaction_made() -> None:
+    # GIVEN moto's own behaviour: every model object, even a transaction's copy of a whole table, stays listed
+    # (the baseline, so the test notices if moto changes)
+    assert _tables_kept_after_50_transactions("") > 50
+    # WHEN the server's patch applies
+    kept = _tables_kept_after_50_transactions(
+        "from local_stack.moto_server import forget_model_instances\nforget_model_instances()"
+    )
+    # THEN nothing lists them, so the copies are freed and memory follows what the tables hold
+    assert kept == 0
