@@ -60,7 +60,7 @@ PYTEST_WORKERS ?= auto
 PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile
 
 check: lint
-	$(BIN)/python -m pytest -q -m "not e2e and not cdk and not packaging" $(PARALLEL)
+	$(BIN)/python -m pytest -q -m "not e2e and not cdk and not packaging and not processes" $(PARALLEL)
 
 test: lint
 	$(BIN)/python -m pytest -m "not e2e" $(PARALLEL)

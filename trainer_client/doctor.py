@@ -24,7 +24,6 @@ from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any, TextIO
 
-import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError
 from botocore.exceptions import ClientError as BotoClientError
@@ -33,7 +32,7 @@ from rollout_contract import ExperimentDescriptor, ExperimentResources, Status, 
 from rollout_contract.protocol import RUNTIME_READY, runtime_id
 from rollout_contract.resources import FUNCTION_ROLES, SESSIONS_PARTITION_KEY, QueueSpec, result_event_pattern
 from rollout_contract.sessions import ATTR_ATTEMPTS, ATTR_STATE, SessionState
-from trainer_client._aws import error_code, load_descriptor
+from trainer_client._aws import error_code, load_descriptor, new_session
 from trainer_client._client import RolloutClient
 from trainer_client._config import PollSettings, RolloutOptions
 from trainer_client._exceptions import AwsError, ExperimentNotFoundError, SubmitError
@@ -91,7 +90,7 @@ class Experiment:
     @classmethod
     def connect(cls, descriptor: ExperimentDescriptor) -> Experiment:
         """Build clients for the descriptor's region and endpoints (the local stack's, or AWS's)."""
-        session = boto3.session.Session(region_name=descriptor.region)
+        session = new_session(descriptor.region)
         config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=30)
         services = ("sqs", "s3", "events", "bedrock-agentcore-control", "cloudwatch", "dynamodb")
         clients = {

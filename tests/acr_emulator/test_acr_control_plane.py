@@ -10,6 +10,8 @@ from botocore.exceptions import ClientError
 
 from local_stack.acr_emulator import EmulatorProcess, RuntimeConfig
 
+pytestmark = pytest.mark.processes
+
 
 def _control(url: str):
     return boto3.client(

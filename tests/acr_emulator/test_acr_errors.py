@@ -15,6 +15,8 @@ from local_stack.acr_emulator import EmulatorConfig, RuntimeConfig, start_emulat
 from rollout_contract import new_session_id
 from rollout_contract.protocol import ERROR_TYPE_HEADER
 
+pytestmark = pytest.mark.processes
+
 
 def _invoke_error(client, runtime_arn: str, session_id: str, payload: bytes = b"{}", **kwargs) -> ClientError:
     with pytest.raises(ClientError) as raised:

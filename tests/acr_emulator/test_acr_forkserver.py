@@ -27,6 +27,8 @@ from botocore.exceptions import ClientError
 from local_stack.acr_emulator import EmulatorConfig, start_emulator
 from rollout_contract import new_session_id
 
+pytestmark = pytest.mark.processes
+
 
 def _session_view(url: str, session_id: str) -> dict | None:
     return next((s for s in admin(url, "sessions")["sessions"] if s["session_id"] == session_id), None)

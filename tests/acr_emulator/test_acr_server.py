@@ -14,6 +14,8 @@ from acr_helpers import AGENTS, arn, invoke_json, pid_alive
 from local_stack.acr_emulator import EmulatorConfig, RuntimeConfig, start_emulator
 from rollout_contract import new_session_id
 
+pytestmark = pytest.mark.processes
+
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(

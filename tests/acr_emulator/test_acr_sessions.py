@@ -15,6 +15,8 @@ from acr_helpers import SECRET_ENV, admin, arn, invoke_json, pid_alive, wait_for
 from rollout_contract import new_session_id
 from rollout_contract.protocol import REQUEST_ID_HEADER, SESSION_HEADER
 
+pytestmark = pytest.mark.processes
+
 TRACE_ID = "Root=1-5759e988-bd862e3fe1be46a994272793"
 
 

@@ -76,6 +76,7 @@ def moto_server(aws_env):
     server.stop()
 
 
+@pytest.mark.processes
 def test_sigterm_ends_the_running_rollout_as_cancelled_and_the_process_exits(moto_server):
     # GIVEN the agent as its own process (PORT=0: the OS picks the port), writing to a moto server
     env = {

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import rollout_contract
 
 
@@ -14,6 +16,7 @@ def test_all_is_sorted_and_every_name_resolves() -> None:
     assert all(getattr(rollout_contract, name) is not None for name in rollout_contract.__all__)
 
 
+@pytest.mark.processes
 def test_importing_the_contract_loads_no_aws_sdk_or_web_framework() -> None:
     # GIVEN a fresh interpreter (the agent image, the Lambdas and the trainer all import the contract)
     heavy = ("boto3", "botocore", "aws_cdk", "starlette", "httpx", "aws_lambda_powertools")

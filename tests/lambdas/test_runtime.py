@@ -16,6 +16,7 @@ from lambdas.runtime import current_runtime
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.processes
 def test_handler_modules_import_with_no_environment() -> None:
     # GIVEN an environment with no ROLLOUTS_* variables and no AWS settings
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT)}

@@ -14,6 +14,8 @@ from rollout_contract import ExperimentDescriptor, ExperimentResources, result_k
 from rollout_contract.keys import payload_ref_key
 from rollout_contract.resources import BUDGET_TABLE, INFLIGHT_INDEX, LOCAL_RESULTS_BUCKET
 
+pytestmark = pytest.mark.processes
+
 SESSION_ID = "0123456789abcdef0123456789abcdef0123"
 
 

@@ -68,6 +68,7 @@ def handler_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+@pytest.mark.processes
 def test_local_stack_runs_every_part_and_leaves_no_process_behind(tmp_path: Path, handler_env: Path) -> None:
     # GIVEN a stack of one experiment, with test handlers in its worker
     settings = MATH_AGENT.settings(
@@ -123,6 +124,7 @@ def test_emulator_config_registers_the_given_agent_under_its_name_per_experiment
     assert env["AWS_ACCESS_KEY_ID"] and env["AWS_SECRET_ACCESS_KEY"]
 
 
+@pytest.mark.processes
 def test_a_stack_that_fails_to_start_stops_what_it_started(tmp_path: Path, handler_env: Path) -> None:
     # GIVEN a stack whose worker cannot import its dispatcher
     children_before = _live_children()
@@ -161,6 +163,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.processes
 def test_rollouts_local_up_status_down_round_trip(tmp_path: Path) -> None:
     # GIVEN no stack in the run directory
     run_dir = str(tmp_path / "cli")
@@ -198,6 +201,7 @@ with LocalStack(settings) as stack:
 """
 
 
+@pytest.mark.processes
 def test_ctrl_c_stops_every_process_of_a_running_stack(tmp_path: Path) -> None:
     # GIVEN a program running a stack inside `with LocalStack(...)`
     program = subprocess.Popen(
@@ -243,6 +247,7 @@ def test_local_up_quota_flags_set_the_emulator_quotas_and_the_dispatchers_budget
     assert argv[argv.index("--session-budget") + 1] == "20"
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("flags", [["--invoke-tps", "0"], ["--max-sessions", "-1"], ["--sweep-interval", "0"]])
 def test_local_up_refuses_quotas_and_intervals_that_are_not_positive(tmp_path: Path, flags: list[str]) -> None:
     result = subprocess.run(

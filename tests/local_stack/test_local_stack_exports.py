@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import local_stack
 import local_stack.model_endpoint as model_endpoint
 
@@ -17,6 +19,7 @@ def test_every_exported_name_resolves() -> None:
     assert sorted(local_stack.__all__) == local_stack.__all__
 
 
+@pytest.mark.processes
 def test_importing_the_cli_commands_loads_nothing_heavy() -> None:
     # GIVEN a fresh interpreter
     heavy = ("boto3", "starlette", "uvicorn", "httpx")

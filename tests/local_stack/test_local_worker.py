@@ -19,6 +19,8 @@ from local_stack.stack import PROJECT_ROOT, runtime_arn
 from local_stack.worker import failed_message_ids, sqs_event
 from trainer_client.doctor import Experiment, function_check
 
+pytestmark = pytest.mark.processes
+
 HERE = Path(__file__).parent
 READY_TIMEOUT_S = 30.0
 EXP_ID = "worker-test"

@@ -17,6 +17,8 @@ from local_stack.model_endpoint import EndpointSettings, create_app, mistake_pro
 from local_stack.model_endpoint.tokenizer import EOS_ID
 from local_stack.problems import generate_problems, parse_problem
 
+pytestmark = pytest.mark.processes
+
 CALCULATOR = {
     "type": "function",
     "function": {

@@ -7,9 +7,12 @@ import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 from botocore.exceptions import ClientError
 
 from local_stack.provision import AwsClients
+
+pytestmark = pytest.mark.processes
 
 CONCURRENT_REQUESTS = 16
 

@@ -7,7 +7,11 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from local_stack import supervisor
+
+pytestmark = pytest.mark.processes
 
 
 def _child(code: str) -> list[str]:

@@ -18,6 +18,8 @@ from local_stack.model_endpoint.tokenizer import EOS_ID
 from local_stack.problems import generate_problems
 from trainer_client._traces import CALLS_IN_FLIGHT_HEADER
 
+pytestmark = pytest.mark.processes
+
 PROBLEM = generate_problems(2, seed=5)[1]
 
 

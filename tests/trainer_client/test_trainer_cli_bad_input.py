@@ -82,6 +82,7 @@ def _bare_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
@@ -112,6 +113,7 @@ def test_status_without_a_usable_environment_says_how_to_set_it(tmp_path, settin
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.processes
+
 LOCAL_EXTRA_MODULES = ("starlette", "uvicorn", "moto", "rllm_model_gateway")
 RUN_WITHOUT_LOCAL_EXTRA = (
     "import sys\n"
