@@ -92,22 +92,9 @@ class RolloutWorkers(Construct):
         )
         self.all = {"dispatcher": self.dispatcher, "finisher": self.finisher, "sweeper": self.sweeper}
         self.dispatcher.function.add_event_source(
-            event_sources.SqsEventSource(
-                dispatch.queue,
-                batch_size=SQS_BATCH_SIZE,
-                max_batching_window=SQS_BATCHING_WINDOW,
-                report_batch_item_failures=True,
-                max_concurrency=settings.dispatcher_max_concurrency,
-            )
+            _sqs_event_source(dispatch, max_concurrency=settings.dispatcher_max_concurrency)
         )
-        self.finisher.function.add_event_source(
-            event_sources.SqsEventSource(
-                finisher_inbox.queue,
-                batch_size=SQS_BATCH_SIZE,
-                max_batching_window=SQS_BATCHING_WINDOW,
-                report_batch_item_failures=True,
-            )
-        )
+        self.finisher.function.add_event_source(_sqs_event_source(finisher_inbox))
         self.sweep_schedule = events.Rule(
             self,
             "SweepSchedule",
@@ -168,3 +155,14 @@ class RolloutWorkers(Construct):
                 index,
                 "The sweeper queries the sessions table's in-flight index; the grant covers this table's indexes only.",
             )
+
+
+def _sqs_event_source(queue: RolloutQueue, *, max_concurrency: int | None = None) -> event_sources.SqsEventSource:
+    """Lambda's SQS poller for ``queue``: full batches, no batching window, failed records reported one by one."""
+    return event_sources.SqsEventSource(
+        queue.queue,
+        batch_size=SQS_BATCH_SIZE,
+        max_batching_window=SQS_BATCHING_WINDOW,
+        report_batch_item_failures=True,
+        max_concurrency=max_concurrency,
+    )

@@ -218,22 +218,27 @@ def _read_dataset(path: Path) -> list[dict[str, Any]]:
         raise UsageError(
             f"{path}:{line_number} is not UTF-8 (byte 0x{data[exc.start]:02x}); save the dataset as UTF-8 JSONL"
         ) from exc
-    rows = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line, parse_constant=_refuse_constant)
-        except _NotJsonConstantError as exc:
-            raise UsageError(f"{path}:{number} holds {exc}, which is not JSON; use a number or null") from exc
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{path}:{number} is not JSON ({exc.msg}); each line must be one JSON object") from exc
-        if not isinstance(row, dict):
-            raise UsageError(f"{path}:{number} is a JSON {type(row).__name__}; each line must be a JSON object")
-        rows.append(row)
+    rows = [
+        _json_object(line, f"{path}:{number}", "each line must be one JSON object")
+        for number, line in enumerate(lines, start=1)
+        if line.strip()
+    ]
     if not rows:
         raise UsageError(f"dataset {path} has no rows; give one JSON object (an agent payload) per line")
     return rows
+
+
+def _json_object(text: str, where: str, fix: str) -> dict[str, Any]:
+    """Parse ``text`` as one JSON object (strict: no ``NaN``); a :class:`UsageError` names ``where`` and ``fix``."""
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except _NotJsonConstantError as exc:
+        raise UsageError(f"{where} holds {exc}, which is not JSON; use a number or null") from exc
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{where} is not JSON ({exc.msg}); {fix}") from exc
+    if not isinstance(value, dict):
+        raise UsageError(f"{where} is a JSON {type(value).__name__}; {fix}")
+    return value
 
 
 class _NotJsonConstantError(ValueError):
@@ -277,13 +282,10 @@ def _doctor(args: argparse.Namespace) -> int:
     canary = None
     if args.canary is not None:
         try:
-            canary = json.loads(args.canary.read_text(encoding="utf-8"))
+            text = args.canary.read_text(encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"cannot read canary payload {args.canary}: {exc.strerror}") from exc
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"canary payload {args.canary} is not JSON ({exc.msg}); give one JSON object") from exc
-        if not isinstance(canary, dict):
-            raise UsageError(f"canary payload {args.canary} is a JSON {type(canary).__name__}; give one JSON object")
+        canary = _json_object(text, f"canary payload {args.canary}", "give one JSON object")
     healthy = run_doctor(
         args.experiment,
         region=args.region,

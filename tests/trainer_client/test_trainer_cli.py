@@ -117,6 +117,27 @@ def test_missing_arguments_are_named(capsys):
     assert "--dataset" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("[1, 2]", "is a JSON list; give one JSON object"),
+        ('{"q": NaN}', "holds NaN, which is not JSON; use a number or null"),
+        ('{"q": ', "is not JSON (Expecting value); give one JSON object"),
+    ],
+)
+def test_a_canary_payload_that_is_not_one_json_object_is_refused_before_any_check(
+    tmp_path, capsys, content, message
+):
+    # GIVEN a canary payload file that is not one JSON object
+    canary = tmp_path / "canary.json"
+    canary.write_text(content)
+    # WHEN the doctor is asked to run it THEN the command line is refused, naming the file and the fix
+    with pytest.raises(SystemExit) as caught:
+        main(["doctor", "exp-test", "--canary", str(canary)])
+    assert caught.value.code == 2
+    assert f"canary payload {canary} {message}" in capsys.readouterr().err
+
+
 def test_a_dataset_line_that_is_not_an_object_is_named_with_its_line(descriptor, tmp_path, capsys):
     dataset = tmp_path / "in.jsonl"
     dataset.write_text('{"ok": 1}\n[1, 2]\n')
