@@ -23,6 +23,7 @@ __all__ = [
     "LOCAL_REGION",
     "MOTO_SERVICES",
     "aws_env",
+    "copy_only_touched_items",
     "endpoints_for",
     "forget_model_instances",
     "moto_process",
@@ -79,7 +80,8 @@ def moto_process(log_path: Path, base_env: Mapping[str, str], *, port: int | Non
 
     The server's account id is :data:`LOCAL_ACCOUNT_ID`, so queue and rule ARNs match the emulator's. It is
     moto's own server, started through this module's ``__main__`` so that :func:`report_eventbridge_switch`,
-    :func:`serialize_dynamodb`, :func:`prompt_revisible_messages` and :func:`forget_model_instances` apply.
+    :func:`serialize_dynamodb`, :func:`copy_only_touched_items`, :func:`prompt_revisible_messages` and
+    :func:`forget_model_instances` apply.
     """
     port = port or free_port()
     url = f"http://{LOCALHOST}:{port}"
@@ -144,6 +146,70 @@ def forget_model_instances() -> None:
     setattr(BaseModel, "__new__", staticmethod(new))  # noqa: B010 - a method, for mypy
 
 
+def copy_only_touched_items() -> None:
+    """Make a moto transaction save and restore only the items it touches, not a copy of each whole table.
+
+    moto 5.2 deep-copies every table a ``TransactWriteItems`` names before it starts (to roll back), so a
+    transaction costs time in the table's size: 36 ms with 200 items, 253 ms with 3,000 on this machine, and
+    the sessions table keeps every rollout's item (moto does not expire TTL). With DynamoDB requests one at
+    a time (:func:`serialize_dynamodb`) that stalled all DynamoDB traffic as a run grew. This runs moto's own
+    transaction with the table copies turned into no-ops, after saving a copy of each item the transaction
+    names; if moto raises (cancelled, invalid), those items are put back as they were (or deleted when
+    they did not exist). Requests whose items cannot be located go to moto's code unchanged.
+    """
+    import copy
+
+    from moto.dynamodb import models
+    from moto.dynamodb.models.table import Table
+
+    transact = models.DynamoDBBackend.transact_write_items
+    if getattr(transact, "item_rollback", False):
+        return
+
+    class TablesUncopied:
+        """Stands in for the ``copy`` module inside moto's transaction: tables are not copied, the rest is."""
+
+        @staticmethod
+        def deepcopy(value: Any, memo: Any = None) -> Any:
+            return value if isinstance(value, Table) else copy.deepcopy(value, memo)
+
+    def saved(backend: Any, entry: Mapping[str, Any]) -> Any:
+        """A function that puts the item ``entry`` names back as it is now."""
+        (op,) = entry.values()
+        table_name = op["TableName"]
+        table = backend.get_table(table_name)
+        key = op.get("Key") or {
+            name: op["Item"][name] for name in (table.hash_key_attr, table.range_key_attr) if name is not None
+        }
+        before = copy.deepcopy(backend.get_item(table_name, key))
+
+        def restore() -> None:
+            if before is None:
+                backend.delete_item(table_name, key)
+            else:
+                backend.put_item(table_name, before.to_json()["Attributes"], overwrite=True)
+
+        return restore
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        try:
+            restores = [saved(self, entry) for entry in transact_items]
+        except Exception:  # noqa: BLE001 - a malformed request: moto's own code reports it
+            return transact(self, transact_items)
+        models.copy = TablesUncopied  # type: ignore[assignment]
+        try:
+            return transact(self, transact_items)
+        except Exception:
+            for restore in restores:
+                restore()
+            raise
+        finally:
+            models.copy = copy
+
+    transact_write_items.item_rollback = True  # type: ignore[attr-defined]
+    setattr(models.DynamoDBBackend, "transact_write_items", transact_write_items)  # noqa: B010 - a method
+
+
 def serialize_dynamodb() -> None:
     """Make moto's DynamoDB answer one request at a time, so its transactions are atomic as DynamoDB's are.
 
@@ -200,6 +266,7 @@ if __name__ == "__main__":
 
     report_eventbridge_switch()
     serialize_dynamodb()
+    copy_only_touched_items()
     prompt_revisible_messages()
     forget_model_instances()
     main()

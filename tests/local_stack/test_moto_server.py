@@ -107,3 +107,47 @@ def test_the_server_keeps_no_copy_of_a_table_a_transaction_made() -> None:
     )
     # THEN nothing lists them, so the copies are freed and memory follows what the tables hold
     assert kept == 0
+
+
+def test_a_cancelled_transaction_puts_back_every_item_it_changed(aws: AwsClients) -> None:
+    # GIVEN a table with two items, and a transaction that updates one, deletes the other, puts a third and
+    # then fails a condition
+    table = f"rollback-{uuid.uuid4().hex[:8]}"
+    aws.dynamodb.create_table(
+        TableName=table,
+        KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    aws.dynamodb.put_item(TableName=table, Item={"k": {"S": "updated"}, "n": {"N": "1"}})
+    aws.dynamodb.put_item(TableName=table, Item={"k": {"S": "deleted"}, "n": {"N": "1"}})
+    transaction = [
+        {
+            "Update": {
+                "TableName": table,
+                "Key": {"k": {"S": "updated"}},
+                "UpdateExpression": "SET n = :two",
+                "ExpressionAttributeValues": {":two": {"N": "2"}},
+            }
+        },
+        {"Delete": {"TableName": table, "Key": {"k": {"S": "deleted"}}}},
+        {"Put": {"TableName": table, "Item": {"k": {"S": "new"}}}},
+        {
+            "ConditionCheck": {
+                "TableName": table,
+                "Key": {"k": {"S": "missing"}},
+                "ConditionExpression": "attribute_exists(k)",
+            }
+        },
+    ]
+    # WHEN it runs
+    try:
+        aws.dynamodb.transact_write_items(TransactItems=transaction)
+    except ClientError as exc:
+        assert exc.response["Error"]["Code"] == "TransactionCanceledException"
+    else:
+        raise AssertionError("the transaction should have been cancelled")
+    # THEN the table is as it was before
+    items = {item["k"]["S"]: item for item in aws.dynamodb.scan(TableName=table)["Items"]}
+    assert sorted(items) == ["deleted", "updated"]
+    assert items["updated"]["n"] == {"N": "1"} and items["deleted"]["n"] == {"N": "1"}
