@@ -183,8 +183,12 @@ class Ours:
         return pairs
 
     def collect(self, pairs: Sequence[tuple[Sample, Any]]) -> list[Sample]:
-        """Wait for every future; fill each sample's result and trace-read time."""
-        wait([future for _, future in pairs], timeout=ROLLOUT_TIMEOUT_S + 60)
+        """Wait for every future; fill each sample's result and trace-read time.
+
+        A batch larger than the session budget waits for capacity before its rollouts start (their timeout
+        runs from the start), so the wait grows with the batch: 2 s per rollout on top of one timeout.
+        """
+        wait([future for _, future in pairs], timeout=ROLLOUT_TIMEOUT_S + 60 + 2.0 * len(pairs))
         for sample, future in pairs:
             if future.done() and not future.cancelled() and future.exception() is None:
                 sample.result = future.result()
