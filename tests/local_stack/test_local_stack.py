@@ -216,7 +216,8 @@ def test_ctrl_c_stops_every_process_of_a_running_stack(tmp_path: Path) -> None:
         assert pids and not any(_group_gone(pid) for pid in pids)
         # WHEN it gets Ctrl-C (SIGINT)
         program.send_signal(signal.SIGINT)
-        program.wait(timeout=30)
+        # each process may take its 5 s SIGTERM grace, 2 s after SIGKILL and 5 s to be reaped, one by one
+        program.wait(timeout=90)
     finally:
         program.kill()
         program.communicate()
