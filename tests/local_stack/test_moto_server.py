@@ -17,16 +17,22 @@ pytestmark = pytest.mark.processes
 CONCURRENT_REQUESTS = 16
 
 
-def test_dynamodb_transactions_stay_atomic_under_concurrent_requests(aws: AwsClients) -> None:
-    # GIVEN a table with a counter, and many transactions that each put an item and then fail on the
-    # counter's condition (as an admit does when no session slot is free), while plain puts run alongside
-    table = f"atomic-{uuid.uuid4().hex[:8]}"
+def _new_table(aws: AwsClients, prefix: str) -> str:
+    """A new table on the moto server, keyed by the string attribute ``k``; its name."""
+    table = f"{prefix}-{uuid.uuid4().hex[:8]}"
     aws.dynamodb.create_table(
         TableName=table,
         KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
         AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
         BillingMode="PAY_PER_REQUEST",
     )
+    return table
+
+
+def test_dynamodb_transactions_stay_atomic_under_concurrent_requests(aws: AwsClients) -> None:
+    # GIVEN a table with a counter, and many transactions that each put an item and then fail on the
+    # counter's condition (as an admit does when no session slot is free), while plain puts run alongside
+    table = _new_table(aws, "atomic")
     aws.dynamodb.put_item(TableName=table, Item={"k": {"S": "count"}, "n": {"N": "0"}})
     server_errors: list[str] = []
 
@@ -112,13 +118,7 @@ def test_the_server_keeps_no_copy_of_a_table_a_transaction_made() -> None:
 def test_a_cancelled_transaction_puts_back_every_item_it_changed(aws: AwsClients) -> None:
     # GIVEN a table with two items, and a transaction that updates one, deletes the other, puts a third and
     # then fails a condition
-    table = f"rollback-{uuid.uuid4().hex[:8]}"
-    aws.dynamodb.create_table(
-        TableName=table,
-        KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    table = _new_table(aws, "rollback")
     aws.dynamodb.put_item(TableName=table, Item={"k": {"S": "updated"}, "n": {"N": "1"}})
     aws.dynamodb.put_item(TableName=table, Item={"k": {"S": "deleted"}, "n": {"N": "1"}})
     transaction = [
