@@ -12,8 +12,12 @@ writer of a result leaves the item first (a cancel marks it, the dispatcher and 
 results only for recorded rollouts, the agent only after an invoke), and an item outlives every message
 of its rollout (its TTL is 7 days after the deadline or the end; the dispatch queue keeps messages 4 days).
 
+A start that finds every session slot taken waits for one in the function (:mod:`lambdas.slot_wait`: one
+read of the slot count per poll for the whole batch, the admission as soon as a read sees a slot free),
+bounded by the function's time left and the rollout's start limit, as an invoke waits for its token.
 What cannot happen now goes back to the queue with a delay (:class:`~lambdas.exceptions.RequeueError`):
-no free session slot, the invoke budget reserved beyond the wait allowed, or a retryable ACR error.
+no session slot within that wait, the invoke budget reserved beyond the wait allowed, or a retryable
+ACR error.
 Final ACR errors, exhausted attempts, payloads that cannot be read or used, and start messages that
 do not parse but name a rollout of this experiment end the rollout as a ``dispatch_failed`` result that
 says why (a message that names no rollout goes to the dead-letter queue), as does a start message past
@@ -65,6 +69,9 @@ RETRY_CAP_S = 300.0
 #: message per cap).
 QUICK_SLOT_RETRIES = 5
 SLOT_WAIT_CAP_S = 30.0
+#: Time an invocation keeps after waiting for a session slot: the invoke token's wait
+#: (:data:`lambdas.acr.INVOKE_WAIT_S`), the invoke, the writes and the visibility changes of the batch.
+SLOT_WAIT_RESERVE_S = 15.0
 #: Delay after losing a race with another copy of the same message.
 RACE_DELAY_S = 1.0
 #: ``ErrorInfo.type`` of a rollout that could not start within its queue timeout.
@@ -115,28 +122,33 @@ def cancel(request: CancelRequest, rt: Runtime) -> DispatchOutcome:
     return DispatchOutcome.CANCELLED if stored.written else DispatchOutcome.CANCEL_TOO_LATE
 
 
-def dispatch(request: DispatchRequest, *, receive_count: int, rt: Runtime) -> DispatchOutcome:
+def dispatch(
+    request: DispatchRequest, *, receive_count: int, rt: Runtime, slot_wait_until: float | None = None
+) -> DispatchOutcome:
     """Start one rollout at most once, within the session and TPS budgets.
 
     A first receive that is in time and whose payload is usable is recorded, admitted and counted in one
-    transaction (:meth:`~lambdas.ledger.Ledger.start`); anything else goes the step-by-step way.
+    transaction (:meth:`~lambdas.ledger.Ledger.start`); anything else goes the step-by-step way. A rollout
+    that finds no free session slot waits for one in the function until ``slot_wait_until`` (Unix time;
+    ``None``: no wait), never past its start limit.
 
     Raises:
-        RequeueError: no slot or token now, a retryable ACR error, or a race with another copy.
+        RequeueError: no slot within the wait or no token now, a retryable ACR error, or a race with another copy.
     """
     now = rt.clock()
     owner = uuid.uuid4().hex
     lease_until = now + rt.resources.dispatch_queue.visibility_timeout_s
     loaded = _load_payload(request, rt) if receive_count == 1 and now < request.start_by else None
     recorded: Recorded | None = None
+    slot_seen_taken = False
     if isinstance(loaded, dict):
         started = rt.ledger.start(request, owner=owner, lease_until=lease_until)
         if started.admission is Admission.ADMITTED:
             return _invoke(request, loaded, owner=owner, attempts=1, rt=rt)
         if started.admission is Admission.NO_SLOT:
-            rt.ledger.record_queued(request)  # a waiting rollout has its item (the trainer's doctor reads it)
-            raise _no_slot(request, now, receive_count)
-        if started.found is not None:
+            # A waiting rollout has its item (the trainer's doctor reads it).
+            recorded, slot_seen_taken = rt.ledger.record_queued(request), True
+        elif started.found is not None:
             recorded = Recorded(started.found, new=False)
     record, new = recorded or _record(request, receive_count, rt)
     if record.state in (SessionState.RUNNING, SessionState.FINISHED):
@@ -157,7 +169,8 @@ def dispatch(request: DispatchRequest, *, receive_count: int, rt: Runtime) -> Di
         loaded = _load_payload(request, rt)
     if isinstance(loaded, ErrorInfo):
         return _fail(request, loaded, rt, dispatched_at=None)
-    attempts = _admit(request, record, owner=owner, now=now, receive_count=receive_count, rt=rt)
+    slots = _SlotWait(request, receive_count, slot_wait_until, rt, seen_taken=slot_seen_taken)
+    attempts = _admit(request, record, owner=owner, lease_until=lease_until, slots=slots, rt=rt)
     return _invoke(request, loaded, owner=owner, attempts=attempts, rt=rt)
 
 
@@ -174,24 +187,48 @@ def _record(request: DispatchRequest, receive_count: int, rt: Runtime) -> Record
     return rt.ledger.record_queued(request)
 
 
-def _no_slot(request: DispatchRequest, now: float, receive_count: int) -> RequeueError:
-    # Never wait past the start limit: the next receive ends a rollout that never got a slot.
-    wait = min(slot_wait_delay_s(receive_count), max(RACE_DELAY_S, request.start_by - now))
-    return RequeueError("no free session slot", wait)
+class _SlotWait:
+    """One rollout's wait for a free session slot: in the function while time allows, then back to the queue."""
+
+    def __init__(
+        self, request: DispatchRequest, receive_count: int, until: float | None, rt: Runtime, *, seen_taken: bool
+    ) -> None:
+        self._request = request
+        self._receive_count = receive_count
+        self._until = until
+        self._rt = rt
+        #: An admission found every slot taken: wait before the next one.
+        self.seen_taken = seen_taken
+        self._counted = False
+
+    def before_admission(self) -> None:
+        """Return when an admission may find a free slot; raise :class:`RequeueError` when the wait ran out."""
+        if not self.seen_taken:
+            return
+        if not self._counted:  # this record takes no invoke token before it has a session slot
+            self._rt.acr.tps.expect_fewer()
+            self._counted = True
+        if self._until is not None and self._rt.slots.wait(min(self._until, self._request.start_by)):
+            return
+        # Never wait past the start limit: the next receive ends a rollout that never got a slot.
+        left = self._request.start_by - self._rt.clock()
+        raise RequeueError("no free session slot", min(slot_wait_delay_s(self._receive_count), max(RACE_DELAY_S, left)))
 
 
 def _admit(
-    request: DispatchRequest, record: SessionRecord, *, owner: str, now: float, receive_count: int, rt: Runtime
+    request: DispatchRequest, record: SessionRecord, *, owner: str, lease_until: float, slots: _SlotWait, rt: Runtime
 ) -> int:
     """Take a session slot (or the slot of a dispatcher whose lease ran out) for ``owner``; return the attempt."""
-    lease_until = now + rt.resources.dispatch_queue.visibility_timeout_s
     if record.state is SessionState.QUEUED:
-        admission = rt.ledger.admit(record, owner=owner, lease_until=lease_until)
-        if admission is Admission.NO_SLOT:
-            raise _no_slot(request, now, receive_count)
-        if admission is Admission.STATE_CHANGED:
-            raise RequeueError("the rollout changed state meanwhile", RACE_DELAY_S)
-        return record.attempts + 1
+        while True:
+            slots.before_admission()
+            admission = rt.ledger.admit(record, owner=owner, lease_until=lease_until)
+            if admission is Admission.ADMITTED:
+                return record.attempts + 1
+            if admission is Admission.STATE_CHANGED:
+                raise RequeueError("the rollout changed state meanwhile", RACE_DELAY_S)
+            slots.seen_taken = True
+    now = rt.clock()
     if record.lease_until is not None and record.lease_until > now:
         raise RequeueError("another dispatcher holds the rollout", record.lease_until - now)
     attempts = rt.ledger.take_over(
@@ -355,8 +392,12 @@ def _end_unusable(key: ResultKey, exc: ValidationError, rt: Runtime) -> Dispatch
 DEAD_LETTERED = "dead_lettered"
 
 
-def record_handler(record: SQSRecord) -> str:
-    """Handle one SQS record; a :class:`RequeueError` sets its visibility to the delay and fails it."""
+def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = None) -> str:
+    """Handle one SQS record; a :class:`RequeueError` sets its visibility to the delay and fails it.
+
+    A start may wait for a session slot until :data:`SLOT_WAIT_RESERVE_S` before the function's timeout
+    (no wait without a context).
+    """
     rt = current_runtime()
     try:
         message = parse_dispatch_message(record.body)
@@ -379,7 +420,10 @@ def record_handler(record: SQSRecord) -> str:
         if isinstance(message, CancelRequest):
             return cancel(message, rt).value
         receive_count = int(record.attributes.approximate_receive_count)
-        return dispatch(message, receive_count=receive_count, rt=rt).value
+        slot_wait_until = None
+        if lambda_context is not None:
+            slot_wait_until = rt.clock() + lambda_context.get_remaining_time_in_millis() / 1000 - SLOT_WAIT_RESERVE_S
+        return dispatch(message, receive_count=receive_count, rt=rt, slot_wait_until=slot_wait_until).value
     except RequeueError as exc:
         delay = min(_MAX_VISIBILITY_S, max(1, math.ceil(exc.delay_s)))
         rt.clients.sqs.change_message_visibility(

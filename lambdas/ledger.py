@@ -491,6 +491,10 @@ class Ledger:
         )
         return sum(page["Count"] for page in pages)
 
+    def free_slots(self) -> int:
+        """Session slots free in the account now: one strongly consistent read of the count."""
+        return max(0, self._session_budget - self.slots_held()[1])
+
     def slots_held(self) -> tuple[int, int]:
         """Return ``(held by this experiment, total held in the account)``."""
         item = self._budget_item()

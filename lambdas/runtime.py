@@ -22,6 +22,7 @@ import botocore
 from lambdas.acr import CLIENT_CONFIG, Acr
 from lambdas.ledger import Ledger
 from lambdas.observability import bind_experiment, logger
+from lambdas.slot_wait import SlotWaiter
 from lambdas.store import ResultStore
 from lambdas.tps import TpsBudget
 from rollout_contract.resources import HANDLER_ENV_PREFIX, ExperimentResources, HandlerSettings
@@ -62,6 +63,8 @@ class Runtime:
     ledger: Ledger
     store: ResultStore
     acr: Acr
+    #: Where this process's dispatches wait for a free session slot.
+    slots: SlotWaiter
     clock: Callable[[], float]
 
     @classmethod
@@ -85,17 +88,18 @@ class Runtime:
             clock=clock,
             sleep=sleep,
         )
+        ledger = Ledger(
+            clients.dynamodb,
+            sessions_table=settings.sessions_table,
+            budget_table=settings.budget_table,
+            exp_id=settings.exp_id,
+            session_budget=settings.session_budget,
+        )
         return cls(
             settings=settings,
             resources=ExperimentResources.for_experiment(settings.exp_id),
             clients=clients,
-            ledger=Ledger(
-                clients.dynamodb,
-                sessions_table=settings.sessions_table,
-                budget_table=settings.budget_table,
-                exp_id=settings.exp_id,
-                session_budget=settings.session_budget,
-            ),
+            ledger=ledger,
             store=ResultStore(clients.s3, bucket=settings.results_bucket),
             acr=Acr(
                 clients.agentcore,
@@ -104,6 +108,7 @@ class Runtime:
                 qualifier=settings.runtime_qualifier,
                 max_wait_s=max_token_wait_s,
             ),
+            slots=SlotWaiter(ledger.free_slots, clock=clock, sleep=sleep),
             clock=clock,
         )
 

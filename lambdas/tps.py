@@ -132,6 +132,12 @@ class TpsBudget:
             with self._state:
                 self._expected = 0
 
+    def expect_fewer(self, count: int = 1) -> None:
+        """``count`` records of the batch being handled will not ask for a slot soon (they wait for a session slot
+        or go back to their queue): runs are no longer sized for them, and they reserve as callers if they do."""
+        with self._state:
+            self._expected = max(0, self._expected - count)
+
     def reserve(self, *, horizon_s: float, whole_run: bool = False) -> float:
         """Reserve the next free slot if it starts within ``horizon_s`` seconds; return its start time.
 
