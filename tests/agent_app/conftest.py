@@ -27,9 +27,9 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def s3(aws_env: None) -> Iterator[Any]:
+def s3(aws_env: None, boto_session: boto3.Session) -> Iterator[Any]:
     with mock_aws():
-        client = boto3.client("s3")
+        client = boto_session.client("s3")
         client.create_bucket(Bucket=BUCKET)
         yield client
 

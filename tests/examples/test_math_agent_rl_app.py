@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 
-import boto3
 import pytest
 from math_agent_fake_model import FakeModel
 from moto import mock_aws
@@ -22,7 +21,7 @@ SESSION = "5a0c1d9e-0000-4000-8000-000000000001"
 
 
 @pytest.fixture
-def s3(monkeypatch):
+def s3(monkeypatch, boto_session):
     for name, value in {
         "AWS_ACCESS_KEY_ID": "t",
         "AWS_SECRET_ACCESS_KEY": "t",
@@ -31,7 +30,7 @@ def s3(monkeypatch):
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
     with mock_aws():
-        client = boto3.client("s3")
+        client = boto_session.client("s3")
         client.create_bucket(Bucket=BUCKET)
         yield client
 

@@ -167,7 +167,8 @@ def acr() -> Iterator[AcrDouble]:
     double = AcrDouble()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_class(double))
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # A short poll interval: shutdown() waits for the next one (0.5 s by default, at every test's teardown).
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     double.url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
@@ -270,13 +271,12 @@ class Env:
 
 
 @pytest.fixture
-def env(aws: None, acr: AcrDouble, settings: HandlerSettings, monkeypatch: pytest.MonkeyPatch) -> Env:
+def env(
+    aws: None, acr: AcrDouble, settings: HandlerSettings, boto_session: boto3.Session, monkeypatch: pytest.MonkeyPatch
+) -> Env:
     """Bucket, tables and queues from the contract's definitions, and a runtime wired to them."""
     resources = ExperimentResources.for_experiment(EXP_ID)
-    s3 = boto3.client("s3", region_name=REGION)
-    sqs = boto3.client("sqs", region_name=REGION)
-    dynamodb = boto3.client("dynamodb", region_name=REGION)
-    events = boto3.client("events", region_name=REGION)
+    s3, sqs, dynamodb, events = (boto_session.client(name) for name in ("s3", "sqs", "dynamodb", "events"))
     s3.create_bucket(Bucket=BUCKET)
     create_table(dynamodb, resources.sessions_table)
     create_table(dynamodb, BUDGET_TABLE)
@@ -293,7 +293,7 @@ def env(aws: None, acr: AcrDouble, settings: HandlerSettings, monkeypatch: pytes
     events.put_rule(Name=resources.result_rule_name, EventPattern=json.dumps(result_event_pattern(BUCKET, EXP_ID)))
     events.put_targets(Rule=resources.result_rule_name, Targets=[{"Id": "finisher", "Arn": finisher_arn}])
     settings = settings.model_copy(update={"dispatch_queue_url": dispatch_url})
-    agentcore = boto3.client("bedrock-agentcore", region_name=REGION, endpoint_url=acr.url, config=CLIENT_CONFIG)
+    agentcore = boto_session.client("bedrock-agentcore", endpoint_url=acr.url, config=CLIENT_CONFIG)
     for name, value in settings.to_env().items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE", acr.url)
