@@ -21,9 +21,9 @@ Phases:
    full?), and, for ours, every AWS call the whole system made (moto's request recorder, callers told
    apart by user-agent app id, as in ``local_stack_bench.py``) with a cost table at published prices.
 
-The stack runs five dispatcher environments (``--dispatchers``; Lambda starts an SQS event source with five
-concurrent batches) and the sweeper every minute, as in AWS, so batch walls and calls per rollout compare
-with what AWS would do.
+The stack runs five dispatcher and five finisher environments (``--dispatchers``, ``--finishers``; Lambda
+starts an SQS event source with five concurrent batches) and the sweeper every minute, as in AWS, so batch
+walls and calls per rollout compare with what AWS would do.
 
 Run: ``.venv/bin/python benchmarks/latency_bench.py [--quick]`` (``--quick``: under 2 minutes on 2 idle cores;
 the full run does batches of 64 and 512). The machine is shared and timing is noisy: read the ratios, which
@@ -106,6 +106,7 @@ class BenchSettings:
     sessions: int
     run_dir: Path
     dispatchers: int = 5
+    finishers: int = 5
 
 
 @dataclass
@@ -294,6 +295,7 @@ def run(settings: BenchSettings) -> Report:
             tps_limit=settings.tps,
             session_budget=settings.sessions,
             dispatcher_environments=settings.dispatchers,
+            finisher_environments=settings.finishers,
             sweep_interval_s=SWEEP_INTERVAL_S,
             runtime_options={"preload": AGENT_PRELOAD},
         )
@@ -528,7 +530,7 @@ def render(report: Report, settings: BenchSettings) -> str:
             "",
             f"== latency: ours (dispatch queue, dispatcher, events, gateway) vs direct invoke + HEAD polls; "
             f"{settings.rollout_s:g} s rollouts, invoke budget {settings.tps:g}/s, {settings.sessions} sessions, "
-            f"{settings.dispatchers} dispatcher environments ==",
+            f"{settings.dispatchers} dispatcher and {settings.finishers} finisher environments ==",
             "   timing on a shared 2-core machine is noisy: compare the two clients, measured in the same run",
             render_hops(report),
             "",
@@ -563,6 +565,7 @@ def parse_args(argv: Sequence[str] | None = None) -> BenchSettings:
         default=5,
         help="dispatcher environments (default 5: Lambda's first concurrent batches for an SQS event source)",
     )
+    parser.add_argument("--finishers", type=int, default=5, help="finisher environments (default 5, as --dispatchers)")
     parser.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="parent of the stack's logs")
     args = parser.parse_args(argv)
     quick = args.quick
@@ -581,9 +584,10 @@ def parse_args(argv: Sequence[str] | None = None) -> BenchSettings:
         sessions=args.sessions,
         run_dir=args.run_dir,
         dispatchers=args.dispatchers,
+        finishers=args.finishers,
     )
-    if settings.idle_pairs < 1 or settings.sessions < 1 or settings.tps <= 0 or settings.dispatchers < 1:
-        parser.error("--idle, --sessions, --tps and --dispatchers must be positive")
+    if min(settings.idle_pairs, settings.sessions, settings.dispatchers, settings.finishers) < 1 or settings.tps <= 0:
+        parser.error("--idle, --sessions, --tps, --dispatchers and --finishers must be positive")
     if any(s < 1 for s in sizes):
         parser.error("batch sizes must be positive")
     return settings

@@ -76,6 +76,9 @@ class StackSettings:
         dispatcher_environments: dispatcher worker processes per experiment. Each is one Lambda execution
             environment (one invocation at a time, batch records handled in parallel inside it), like
             the dispatcher's concurrency in AWS; the finisher and sweeper share one more process.
+        finisher_environments: finisher execution environments per experiment: the one shared with the sweeper
+            and ``finisher_environments - 1`` processes of their own (Lambda runs up to five finisher
+            batches at once from the start, and frees a session slot per result).
         sweep_interval_s: seconds between sweeper runs.
         extra_pythonpath: directories prepended to the workers' ``PYTHONPATH`` (for test handlers).
         ready_timeout_s: how long each process may take to become ready.
@@ -97,6 +100,7 @@ class StackSettings:
     agent_command: tuple[str, ...] = ()
     handlers: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_HANDLERS))
     dispatcher_environments: int = 2
+    finisher_environments: int = 1
     sweep_interval_s: float = 5.0
     extra_pythonpath: tuple[Path, ...] = ()
     ready_timeout_s: float = 60.0
@@ -110,8 +114,11 @@ class StackSettings:
             raise ValueError("give at least one experiment id")
         if not self.sweep_interval_s > 0:
             raise ValueError(f"sweep_interval_s must be a positive number of seconds, got {self.sweep_interval_s}")
-        if self.dispatcher_environments < 1:
-            raise ValueError(f"dispatcher_environments must be at least 1, got {self.dispatcher_environments}")
+        if self.dispatcher_environments < 1 or self.finisher_environments < 1:
+            raise ValueError(
+                "dispatcher_environments and finisher_environments must be at least 1, got "
+                f"{self.dispatcher_environments} and {self.finisher_environments}"
+            )
         for exp_id in self.experiments:
             validate_exp_id(exp_id)
         validate_agent_name(self.agent_name)
@@ -216,6 +223,9 @@ class LocalStack:
                 for index in range(s.dispatcher_environments):
                     name = f"worker-{exp_id}-dispatcher-{index}"
                     self._launch(self._worker_process(exp_id, child_env, name, ("dispatcher",)))
+                for index in range(1, s.finisher_environments):
+                    name = f"worker-{exp_id}-finisher-{index}"
+                    self._launch(self._worker_process(exp_id, child_env, name, ("finisher",)))
         for process in self.processes:
             process.wait_ready(s.ready_timeout_s)
 
