@@ -141,7 +141,11 @@ def dispatch(
     loaded = _load_payload(request, rt) if receive_count == 1 and now < request.start_by else None
     recorded: Recorded | None = None
     slot_seen_taken = False
-    if isinstance(loaded, dict):
+    if isinstance(loaded, dict) and slot_wait_until is not None and rt.slots.waiters:
+        # Records of this process wait for a slot already: a start transaction would find none. Record the
+        # rollout (its item shows it waiting) and wait with them.
+        recorded, slot_seen_taken = rt.ledger.record_queued(request), True
+    elif isinstance(loaded, dict):
         started = rt.ledger.start(request, owner=owner, lease_until=lease_until)
         if started.admission is Admission.ADMITTED:
             return _invoke(request, loaded, owner=owner, attempts=1, rt=rt)

@@ -45,6 +45,12 @@ class SlotWaiter:
         #: A waiter is sleeping before its read; the others wait for that read.
         self._polling = False
 
+    @property
+    def waiters(self) -> int:
+        """Callers of this process waiting now (the last read found no slot for them)."""
+        with self._changed:
+            return self._waiters
+
     def wait(self, until: float) -> bool:
         """Block until a read of the count sees a slot free for this caller, or until ``until`` (Unix time).
 

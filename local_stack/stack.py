@@ -9,7 +9,8 @@ Processes, each on 127.0.0.1 with a port the OS chose, logs under the run direct
 - ``emulator``: the ACR emulator hosting the caller's agent (``agent_command``, or a
   :class:`~local_stack.hosting.LocalAgent`'s :meth:`~local_stack.hosting.LocalAgent.settings`), one runtime per
   experiment;
-- ``worker-<exp>`` (finisher and sweeper) and ``worker-<exp>-dispatcher-<i>``: the local Lambda workers of
+- ``worker-<exp>`` (finisher and sweeper), ``worker-<exp>-dispatcher-<i>`` and ``worker-<exp>-finisher-<i>``
+  (from 1, when ``finisher_environments`` > 1): the local Lambda workers of
   each experiment (:mod:`local_stack.worker`), one process per execution environment, each under a
   supervisor (:mod:`local_stack.supervisor`) that starts a new one when it dies, as Lambda does.
 

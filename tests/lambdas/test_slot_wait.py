@@ -134,9 +134,7 @@ def test_a_batch_waiting_for_slots_reads_the_count_once_per_poll_and_requeues_wh
 
     def on_poll(poll: int) -> None:
         if poll == 1:  # every record of the batch has found no slot and waits (time stands still until then)
-            deadline = time.monotonic() + RECORDED_TIMEOUT_S
-            while time.monotonic() < deadline and any(finisher_ledger.get(r.session_id) is None for r in batch):
-                threading.Event().wait(0.01)
+            until(lambda: env.rt.slots.waiters == len(batch))
         if poll == 3:
             finish(finisher_ledger, running[0])
             finish(finisher_ledger, running[1])
@@ -164,3 +162,49 @@ def test_a_batch_waiting_for_slots_reads_the_count_once_per_poll_and_requeues_wh
         expected = SessionState.RUNNING if request.session_id in invoked else SessionState.QUEUED
         assert record.state is expected
     assert env.rt.ledger.slots_held() == (3, 3)
+
+
+@pytest.mark.usefixtures("atomic_transactions")
+def test_a_start_that_arrives_while_others_wait_for_a_slot_skips_the_start_transaction(
+    env: Env, calls: CallCounter
+) -> None:
+    # GIVEN a full session budget, and a rollout of this process waiting for a slot; two slots free before the
+    # count's second read, once a second start waits too
+    running = fill_the_session_budget(env)
+    finisher_ledger = other_ledger(env)
+    first, second = env.start_request(), env.start_request()
+
+    def on_poll(poll: int) -> None:
+        if poll == 1:
+            until(lambda: env.rt.slots.waiters == 2)
+        if poll == 2:
+            finish(finisher_ledger, running[0])
+            finish(finisher_ledger, running[1])
+
+    env = with_poll_hook(env, on_poll)
+    calls.take()
+    wait_until = env.rt.clock() + 30
+    outcomes: list[DispatchOutcome] = []
+    waiting = threading.Thread(
+        target=lambda: outcomes.append(dispatch(first, receive_count=1, rt=env.rt, slot_wait_until=wait_until))
+    )
+    waiting.start()
+    until(lambda: env.rt.slots.waiters == 1)
+
+    # WHEN the second start message arrives
+    outcomes.append(dispatch(second, receive_count=1, rt=env.rt, slot_wait_until=wait_until))
+    waiting.join(timeout=RECORDED_TIMEOUT_S)
+
+    # THEN both started in the freed slots, and only the first paid for a start transaction that found no slot:
+    # three transactions in all (one failed start, two admissions), two reads of the count
+    assert outcomes == [DispatchOutcome.INVOKED, DispatchOutcome.INVOKED]
+    counted = calls.take()
+    assert (counted["TransactWriteItems"], counted["GetItem"]) == (3, 2)
+    assert env.rt.ledger.slots_held() == (3, 3)
+
+
+def until(condition: Callable[[], bool]) -> None:
+    """Wait (real time, at most ``RECORDED_TIMEOUT_S``) until ``condition`` holds; the test's asserts tell if not."""
+    deadline = time.monotonic() + RECORDED_TIMEOUT_S
+    while not condition() and time.monotonic() < deadline:
+        threading.Event().wait(0.01)

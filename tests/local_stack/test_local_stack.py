@@ -70,10 +70,10 @@ def handler_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.mark.processes
 def test_local_stack_runs_every_part_and_leaves_no_process_behind(tmp_path: Path, handler_env: Path) -> None:
-    # GIVEN a stack of one experiment, with test handlers in its worker
+    # GIVEN a stack of one experiment, with test handlers in its workers (a second finisher environment too)
     settings = MATH_AGENT.settings(
         run_dir=tmp_path / "run", experiments=("stack-test",), handlers=TEST_HANDLERS, extra_pythonpath=(HERE,),
-        sweep_interval_s=0.5,
+        sweep_interval_s=0.5, finisher_environments=2,
     )  # fmt: skip
     # WHEN it runs
     with LocalStack(settings) as stack:
@@ -88,6 +88,7 @@ def test_local_stack_runs_every_part_and_leaves_no_process_behind(tmp_path: Path
             "worker-stack-test",
             "worker-stack-test-dispatcher-0",
             "worker-stack-test-dispatcher-1",
+            "worker-stack-test-finisher-1",
         ]
         assert httpx.get(f"{stack.model_url}/models").status_code == 200
         assert httpx.get(f"{stack.gateway_url}/health").status_code == 200
