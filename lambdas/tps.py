@@ -19,8 +19,10 @@ theirs from that run without a call. A slot missed by more than the lateness (a 
 up; the caller takes the next slot its process holds, and reserves only when it holds none.
 
 An update guesses the budget's state as the process last saw it: busy (take the run at ``next_at``) or idle
-(``next_at`` in the past: start at "now"). A failed update returns the item it met, so guessing wrong
-costs one more update and never a read.
+(``next_at`` in the past: start at "now"). A budget seen busy, whose ``next_at`` has passed since, is still
+guessed busy for :data:`BUSY_MEMORY_S` (under a backlog the other processes have moved it on meanwhile),
+idle after that. A failed update returns the item it met, so guessing wrong costs one more update and
+never a read.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ LEAD_S = 0.01
 IDLE_WINDOW_S = 0.1
 #: Most slots one update takes for the callers of one process.
 MAX_RUN = 10
+#: How long a budget seen busy is guessed busy still: a process that reserves now and then (a finisher
+#: environment under a backlog) would otherwise guess idle, and fail, on most of its updates.
+BUSY_MEMORY_S = 2.0
 #: How long a budget item outlives its last use (TTL), in seconds.
 ITEM_TTL_S = 24 * 3600
 _CONDITION_FAILED = "ConditionalCheckFailedException"
@@ -95,6 +100,9 @@ class TpsBudget:
         #: ``next_at`` as the last update saw it (``-inf``: unset); ``None`` before the first update. It never
         #: moves back, so a slot seen beyond the horizon is known to be out of reach without a call.
         self._seen_next_at: float | None = None
+        #: When ``next_at`` was last seen, and whether it was ahead of that moment (others had reserved ahead).
+        self._seen_at = -math.inf
+        self._seen_busy = False
         #: Slots this process reserved and has not handed out yet, earliest first.
         self._held: list[float] = []
         #: The latest send time of the idle runs' first slots handed out and not yet waited for, by start.
@@ -172,7 +180,12 @@ class TpsBudget:
                 if wait > _ROUNDING_S:
                     raise NoTokenError(retry_after_s=wait)
             # Idle when last seen: try a run from "now" first (a busy budget goes straight to ``next_at``).
-            if seen is not None and seen < earliest and self._take_idle_run(earliest, horizon):
+            if (
+                seen is not None
+                and seen < earliest
+                and self._guess_idle(now)
+                and self._take_idle_run(earliest, horizon)
+            ):
                 return self._hand_out()
             next_at = self._take_queued_run(earliest, horizon)
             if next_at is None:
@@ -323,6 +336,7 @@ class TpsBudget:
             self._remember(exc.response.get("Item"))
             return False
         self._seen_next_at = earliest + shift + count * self.interval_s
+        self._seen_at, self._seen_busy = earliest, False
         self._hold([earliest, *(earliest + shift + index * self.interval_s for index in range(1, count))])
         with self._state:
             self._windows[earliest] = earliest + shift + self.max_lateness_s
@@ -356,7 +370,13 @@ class TpsBudget:
         """Keep and return the ``next_at`` of an item an update returned (``-inf`` when it had none)."""
         next_at = float(item[ATTR_NEXT_AT]["N"]) if item and ATTR_NEXT_AT in item else -math.inf
         self._seen_next_at = next_at
+        self._seen_at = self._clock()
+        self._seen_busy = next_at > self._seen_at
         return next_at
+
+    def _guess_idle(self, now: float) -> bool:
+        """Whether a budget whose ``next_at`` has passed is idle: it was idle when seen, or that was long ago."""
+        return not self._seen_busy or now - self._seen_at > BUSY_MEMORY_S
 
 
 def _number(value: float) -> dict[str, str]:

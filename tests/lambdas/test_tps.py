@@ -342,3 +342,21 @@ def test_a_caller_that_saw_the_budget_idle_pays_one_more_update_when_it_got_busy
     assert calls.take() == {"UpdateItem": 2}
     assert start == pytest.approx(taken_by_a[-1] + a.interval_s)
     assert max_in_any_second([*taken_by_a, start]) <= 25
+
+
+def test_a_caller_that_saw_the_budget_busy_a_moment_ago_guesses_it_busy_still(dynamodb) -> None:
+    # GIVEN caller B that saw the budget busy a second ago, and caller A that has kept it busy since
+    clock = FakeClock()
+    a, b = budget(dynamodb, clock, clock.sleep), budget(dynamodb, clock, clock.sleep)
+    a.reserve(horizon_s=2)
+    b.reserve(horizon_s=2)
+    clock.now += 1.0
+    taken_by_a = [a.reserve(horizon_s=2) for _ in range(10)]
+    calls = CallCounter().watch(dynamodb)
+
+    # WHEN B takes a token (the next slot it saw has passed)
+    start = b.reserve(horizon_s=2)
+
+    # THEN it guessed busy, rightly: one update took the slot after A's
+    assert calls.take() == {"UpdateItem": 1}
+    assert start == pytest.approx(taken_by_a[-1] + a.interval_s)
