@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 #: Seconds between two reads of the slot count while callers of this process wait. Each waiting process
 #: polls on its own, so with several dispatchers waiting a freed slot is seen sooner than this.
-SLOT_POLL_S = 0.25
+SLOT_POLL_S = 0.5
 
 
 class SlotWaiter:
