@@ -119,17 +119,20 @@ class Sample:
     result: RolloutResult | None = None
     resolved: float | None = None
     trace_read_s: float | None = None
+    #: When the result's event reached the completion queue (its ``SentTimestamp``; ours only).
+    event: float | None = None
 
     def hop(self, start: str, end: str) -> float | None:
-        """Seconds between two milestones: ``submitted``, ``dispatched``, ``started``, ``finished``, ``resolved``."""
+        """Seconds between two milestones: ``submitted``, ``dispatched``, ``started``, ``finished``, ``event``,
+        ``resolved``."""
         a, b = self._at(start), self._at(end)
         return None if a is None or b is None else b - a
 
     def _at(self, name: str) -> float | None:
         if name == "submitted":
             return self.submitted
-        if name == "resolved":
-            return self.resolved
+        if name in ("resolved", "event"):
+            return getattr(self, name)
         timings = self.result.timings if self.result else Timings()
         return getattr(timings, f"{name}_at")
 
@@ -196,6 +199,7 @@ class Ours:
             if future.done() and not future.cancelled() and future.exception() is None:
                 sample.result = future.result()
                 sample.trace_read_s = self._trace_s.get(future.session_id)
+                sample.event = future.event_sent_at
         return [sample for sample, _ in pairs]
 
     def run(self, payloads: Sequence[dict[str, Any]]) -> list[Sample]:
@@ -438,7 +442,20 @@ def render_batches(report: Report, settings: BenchSettings) -> str:
         ours, direct = by_client["ours"][0], by_client["direct"][0]
         rows.append([str(size), "ratio ours / direct", f"{ours / direct:.2f}", "", "", "", ""])
     header = ["rollouts", "client", "wall", "invokes", "of budget", "written->resolved p50", "p99"]
-    return table(header, rows)
+    split = []
+    for size, by_client in report.batch.items():
+        samples = by_client["ours"][1]
+        traces = [s.trace_read_s for s in samples if s.trace_read_s is not None]
+        split.append(
+            [
+                str(size),
+                f"{_ms(_p(samples, 'finished', 'event', 0.5))} / {_ms(_p(samples, 'finished', 'event', 0.99))}",
+                f"{_ms(_p(samples, 'event', 'resolved', 0.5))} / {_ms(_p(samples, 'event', 'resolved', 0.99))}",
+                f"{_ms(pick(traces, 0.5))} / {_ms(pick(traces, 0.99))}",
+            ]
+        )
+    ours_split = ["rollouts", "ours: written -> event queued p50 / p99", "event -> resolved", "settled trace read"]
+    return table(header, rows) + "\n\n" + table(ours_split, split)
 
 
 def render_calls(report: Report) -> str:
