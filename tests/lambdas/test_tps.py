@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from typing import Any
 
 import boto3
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from lambdas.exceptions import NoTokenError
 from lambdas.tps import IDLE_WINDOW_S, TPS_HEADROOM, TpsBudget
 from rollout_contract.resources import BUDGET_TABLE
-from tests.lambdas.conftest import REGION, RUNTIME_ARN, CallCounter, create_table
+from tests.lambdas.conftest import RUNTIME_ARN, CallCounter, create_table
 
 
 class Serialized:
@@ -49,9 +50,14 @@ class FakeClock:
         self.now += seconds
 
 
+def at(moment: float) -> Any:
+    """``moment`` to the microsecond (``pytest.approx``'s default relative tolerance is a second at 10**6)."""
+    return pytest.approx(moment, rel=0, abs=1e-6)
+
+
 @pytest.fixture
-def dynamodb(aws: None):
-    client = boto3.client("dynamodb", region_name=REGION)
+def dynamodb(aws: None, boto_session: boto3.Session):
+    client = boto_session.client("dynamodb")
     create_table(client, BUDGET_TABLE)
     return client
 
@@ -134,8 +140,8 @@ def test_an_idle_budget_restarts_at_now_without_a_burst_of_old_slots(dynamodb) -
 
     # THEN the first starts right away (after the lead time) and the second one interval after the first's send
     # window (the first may go out up to IDLE_WINDOW_S late)
-    assert first == pytest.approx(clock.now + tps.lead_s)
-    assert second == pytest.approx(first + IDLE_WINDOW_S - tps.max_lateness_s + tps.interval_s)
+    assert first == at(clock.now + tps.lead_s)
+    assert second == at(first + IDLE_WINDOW_S - tps.max_lateness_s + tps.interval_s)
 
 
 def test_a_slot_taken_from_an_idle_budget_survives_a_slow_round_trip_without_a_call(dynamodb) -> None:
@@ -163,7 +169,7 @@ def test_endpoints_have_separate_budgets(dynamodb) -> None:
 
     # WHEN each reserves a slot at the same instant
     # THEN both start right away
-    assert default.reserve(horizon_s=1) == canary.reserve(horizon_s=1) == pytest.approx(clock.now + default.lead_s)
+    assert default.reserve(horizon_s=1) == canary.reserve(horizon_s=1) == at(clock.now + default.lead_s)
 
 
 def test_a_slot_missed_by_a_stalled_caller_is_replaced_not_used_late(dynamodb) -> None:
@@ -179,7 +185,7 @@ def test_a_slot_missed_by_a_stalled_caller_is_replaced_not_used_late(dynamodb) -
 
     # THEN it sends in a fresh slot reserved after the stall, not in the missed one
     assert sent == clock.now
-    assert sent == pytest.approx(stall_end + tps.lead_s)
+    assert sent == at(stall_end + tps.lead_s)
 
 
 def test_a_send_late_within_the_tolerance_keeps_its_slot_without_a_call(dynamodb) -> None:
@@ -323,7 +329,7 @@ def test_a_token_costs_one_update_when_the_budget_is_as_last_seen(dynamodb) -> N
     assert busy_calls == {"UpdateItem": 20}
     assert calls.take() == {"UpdateItem": 1}
     assert max_in_any_second(busy) <= 25
-    assert idle == pytest.approx(clock.now + tps.lead_s)
+    assert idle == at(clock.now + tps.lead_s)
 
 
 def test_a_caller_that_saw_the_budget_idle_pays_one_more_update_when_it_got_busy(dynamodb) -> None:
@@ -340,7 +346,7 @@ def test_a_caller_that_saw_the_budget_idle_pays_one_more_update_when_it_got_busy
 
     # THEN its guess failed and the update told it where the next slot is: two updates, no read
     assert calls.take() == {"UpdateItem": 2}
-    assert start == pytest.approx(taken_by_a[-1] + a.interval_s)
+    assert start == at(taken_by_a[-1] + a.interval_s)
     assert max_in_any_second([*taken_by_a, start]) <= 25
 
 
@@ -359,4 +365,4 @@ def test_a_caller_that_saw_the_budget_busy_a_moment_ago_guesses_it_busy_still(dy
 
     # THEN it guessed busy, rightly: one update took the slot after A's
     assert calls.take() == {"UpdateItem": 1}
-    assert start == pytest.approx(taken_by_a[-1] + a.interval_s)
+    assert start == at(taken_by_a[-1] + a.interval_s)
