@@ -446,15 +446,16 @@ def render_batches(report: Report, settings: BenchSettings) -> str:
     for size, by_client in report.batch.items():
         samples = by_client["ours"][1]
         traces = [s.trace_read_s for s in samples if s.trace_read_s is not None]
+        quantiles = (0.5, 0.99, 1.0)
         split.append(
             [
                 str(size),
-                f"{_ms(_p(samples, 'finished', 'event', 0.5))} / {_ms(_p(samples, 'finished', 'event', 0.99))}",
-                f"{_ms(_p(samples, 'event', 'resolved', 0.5))} / {_ms(_p(samples, 'event', 'resolved', 0.99))}",
-                f"{_ms(pick(traces, 0.5))} / {_ms(pick(traces, 0.99))}",
+                " / ".join(_ms(_p(samples, "finished", "event", q)) for q in quantiles),
+                " / ".join(_ms(_p(samples, "event", "resolved", q)) for q in quantiles),
+                " / ".join(_ms(pick(traces, q)) for q in quantiles),
             ]
         )
-    ours_split = ["rollouts", "ours: written -> event queued p50 / p99", "event -> resolved", "settled trace read"]
+    ours_split = ["rollouts", "ours: written -> event queued p50 / p99 / max", "event -> resolved", "trace read"]
     return table(header, rows) + "\n\n" + table(ours_split, split)
 
 
