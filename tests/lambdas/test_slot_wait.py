@@ -23,7 +23,7 @@ from local_stack.worker import LambdaContext
 from rollout_contract.messages import DispatchRequest
 from rollout_contract.results import Status
 from rollout_contract.sessions import SessionState
-from tests.lambdas.conftest import INVOKE, REGION, CallCounter, Env, SteppedClock, failed_ids, punctual, sqs_event
+from tests.lambdas.conftest import INVOKE, CallCounter, Env, SteppedClock, failed_ids, punctual, sqs_event
 
 #: Longest the test waits (real time) for the batch's records to be recorded before the first poll.
 RECORDED_TIMEOUT_S = 10.0
@@ -50,11 +50,12 @@ def fill_the_session_budget(env: Env) -> list[DispatchRequest]:
     return running
 
 
-def other_ledger(env: Env) -> Ledger:
+@pytest.fixture
+def finisher_ledger(env: Env, boto_session: boto3.Session) -> Ledger:
     """The experiment's ledger on a client of its own (a finisher elsewhere; its calls are not counted)."""
     settings = env.rt.settings
     return Ledger(
-        boto3.client("dynamodb", region_name=REGION),
+        boto_session.client("dynamodb"),
         sessions_table=settings.sessions_table,
         budget_table=settings.budget_table,
         exp_id=settings.exp_id,
@@ -100,11 +101,10 @@ def finish(ledger: Ledger, request: DispatchRequest) -> None:
 
 
 def test_a_start_that_finds_no_slot_is_admitted_in_the_same_invocation_once_a_slot_frees(
-    env: Env, calls: CallCounter, monkeypatch: pytest.MonkeyPatch
+    env: Env, calls: CallCounter, finisher_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN a full session budget, one of whose rollouts finishes just before the slot count's second read
     running = fill_the_session_budget(env)
-    finisher_ledger = other_ledger(env)
     env = with_poll_hook(env, lambda poll: finish(finisher_ledger, running[0]) if poll == 2 else None)
     request = env.start_request()
     calls.take()
@@ -125,11 +125,10 @@ def test_a_start_that_finds_no_slot_is_admitted_in_the_same_invocation_once_a_sl
 
 @pytest.mark.usefixtures("atomic_transactions")
 def test_a_batch_waiting_for_slots_reads_the_count_once_per_poll_and_requeues_when_the_wait_runs_out(
-    env: Env, calls: CallCounter, monkeypatch: pytest.MonkeyPatch
+    env: Env, calls: CallCounter, finisher_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN a full session budget; two of its rollouts finish before the third read of the slot count
     running = fill_the_session_budget(env)
-    finisher_ledger = other_ledger(env)
     batch = [env.start_request() for _ in range(5)]
 
     def on_poll(poll: int) -> None:
@@ -166,12 +165,11 @@ def test_a_batch_waiting_for_slots_reads_the_count_once_per_poll_and_requeues_wh
 
 @pytest.mark.usefixtures("atomic_transactions")
 def test_a_start_that_arrives_while_others_wait_for_a_slot_skips_the_start_transaction(
-    env: Env, calls: CallCounter
+    env: Env, calls: CallCounter, finisher_ledger: Ledger
 ) -> None:
     # GIVEN a full session budget, and a rollout of this process waiting for a slot; two slots free before the
     # count's second read, once a second start waits too
     running = fill_the_session_budget(env)
-    finisher_ledger = other_ledger(env)
     first, second = env.start_request(), env.start_request()
 
     def on_poll(poll: int) -> None:
