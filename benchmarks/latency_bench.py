@@ -7,7 +7,9 @@ to the rollout's length. Two clients share it:
 - **ours**: :class:`trainer_client.RolloutClient` (dispatch queue -> dispatcher -> ``InvokeAgentRuntime`` ->
   agent -> S3 -> EventBridge -> completion queue -> poller -> GetObject + one settled token-trace read);
 - **direct**: ART's behaviour: ``InvokeAgentRuntime`` from the trainer, then HEAD polls of the result key
-  (at once, then intervals x1.5 from 0.75 s capped at 30 s), then GetObject; it joins no traces.
+  (at once, then intervals x1.5 from 0.75 s capped at 30 s), then GetObject, then ``StopRuntimeSession``;
+  it joins no traces. Its invokes and stops share one rate limiter, as in ART 0.2.0 (``run_batch``
+  cancels each finished future, and ``RolloutFuture.cancel`` waits on the client's ``LocalRateLimiter``).
 
 Phases:
 
@@ -75,7 +77,7 @@ LATENCY_AGENT = HERE / "agents" / "latency_agent.py"
 AGENT_PRELOAD = ("boto3", "httpx", "uvicorn", "bedrock_agentcore.runtime", "agent_app")
 EXP_ID = "latency"
 #: The direct client's results go under another prefix: no result rule matches it, so neither our poller nor
-#: the finisher sees them (the direct client stops its sessions itself, untimed).
+#: the finisher sees them (the direct client stops its sessions itself).
 DIRECT_PREFIX = "direct-baseline"
 MODEL_ID = "stand-in-math"
 ROLLOUT_TIMEOUT_S = 300.0
@@ -224,7 +226,8 @@ class Ours:
 class Direct:
     """ART's behaviour: invoke the runtime from the trainer, HEAD-poll the result key, then read it.
 
-    ``tps`` and ``sessions`` cap it like ART's per-process rate limiter and the account's session quota.
+    ``tps`` and ``sessions`` cap it like ART's per-process rate limiter (invokes and stops alike) and the
+    account's session quota.
     """
 
     def __init__(self, stack: LocalStack, *, tps: float, sessions: int) -> None:
@@ -286,6 +289,7 @@ class Direct:
         stored = self._s3.get_object(Bucket=self._descriptor.results_bucket, Key=key)["Body"].read()
         sample.resolved = time.time()
         sample.result = RolloutResult.model_validate_json(stored)
+        self._wait_for_slot()
         self._acr.stop_runtime_session(**target, runtimeSessionId=session_id)
         return sample
 
