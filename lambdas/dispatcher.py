@@ -14,7 +14,9 @@ of its rollout (its TTL is 7 days after the deadline or the end; the dispatch qu
 
 A start that finds every session slot taken waits for one in the function (:mod:`lambdas.slot_wait`: one
 read of the slot count per poll for the whole batch, the admission as soon as a read sees a slot free),
-bounded by the function's time left and the rollout's start limit, as an invoke waits for its token.
+bounded by the function's time left and the rollout's start limit, as an invoke waits for its token. A
+first receive writes nothing while it waits (its admission is the same start transaction, tried again)
+and is recorded ``queued`` only if the wait runs out.
 What cannot happen now goes back to the queue with a delay (:class:`~lambdas.exceptions.RequeueError`):
 no session slot within that wait, the invoke budget reserved beyond the wait allowed, or a retryable
 ACR error.
@@ -55,7 +57,7 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-    from lambdas.ledger import SessionRecord
+    from lambdas.ledger import SessionRecord, Started
     from lambdas.runtime import Runtime
 
 #: Records of one batch dispatched in parallel.
@@ -128,9 +130,9 @@ def dispatch(
     """Start one rollout at most once, within the session and TPS budgets.
 
     A first receive that is in time and whose payload is usable is recorded, admitted and counted in one
-    transaction (:meth:`~lambdas.ledger.Ledger.start`); anything else goes the step-by-step way. A rollout
-    that finds no free session slot waits for one in the function until ``slot_wait_until`` (Unix time;
-    ``None``: no wait), never past its start limit.
+    transaction (:meth:`~lambdas.ledger.Ledger.start`, tried again after each wait for a slot); anything else
+    goes the step-by-step way. A rollout that finds no free session slot waits for one in the function until
+    ``slot_wait_until`` (Unix time; ``None``: no wait), never past its start limit.
 
     Raises:
         RequeueError: no slot within the wait or no token now, a retryable ACR error, or a race with another copy.
@@ -139,20 +141,15 @@ def dispatch(
     owner = uuid.uuid4().hex
     lease_until = now + rt.resources.dispatch_queue.visibility_timeout_s
     loaded = _load_payload(request, rt) if receive_count == 1 and now < request.start_by else None
+    # While records of this process wait for a slot, an admission tried now would find none: wait with them.
+    others_wait = slot_wait_until is not None and rt.slots.waiters > 0
+    slots = _SlotWait(request, receive_count, slot_wait_until, rt, seen_taken=others_wait)
     recorded: Recorded | None = None
-    slot_seen_taken = False
-    if isinstance(loaded, dict) and slot_wait_until is not None and rt.slots.waiters:
-        # Records of this process wait for a slot already: a start transaction would find none. Record the
-        # rollout (its item shows it waiting) and wait with them.
-        recorded, slot_seen_taken = rt.ledger.record_queued(request), True
-    elif isinstance(loaded, dict):
-        started = rt.ledger.start(request, owner=owner, lease_until=lease_until)
+    if isinstance(loaded, dict):
+        started = _start(request, owner=owner, lease_until=lease_until, slots=slots, rt=rt)
         if started.admission is Admission.ADMITTED:
             return _invoke(request, loaded, owner=owner, attempts=1, rt=rt)
-        if started.admission is Admission.NO_SLOT:
-            # A waiting rollout has its item (the trainer's doctor reads it).
-            recorded, slot_seen_taken = rt.ledger.record_queued(request), True
-        elif started.found is not None:
+        if started.found is not None:
             recorded = Recorded(started.found, new=False)
     record, new = recorded or _record(request, receive_count, rt)
     if record.state in (SessionState.RUNNING, SessionState.FINISHED):
@@ -173,9 +170,30 @@ def dispatch(
         loaded = _load_payload(request, rt)
     if isinstance(loaded, ErrorInfo):
         return _fail(request, loaded, rt, dispatched_at=None)
-    slots = _SlotWait(request, receive_count, slot_wait_until, rt, seen_taken=slot_seen_taken)
     attempts = _admit(request, record, owner=owner, lease_until=lease_until, slots=slots, rt=rt)
     return _invoke(request, loaded, owner=owner, attempts=attempts, rt=rt)
+
+
+def _start(request: DispatchRequest, *, owner: str, lease_until: float, slots: _SlotWait, rt: Runtime) -> Started:
+    """Record and admit a first receive in one transaction, waiting in the function while no slot is free.
+
+    Nothing is written while it waits: each try is the same transaction, which creates the item only if
+    there is none. A start whose wait runs out is recorded ``queued`` before it goes back to the queue, so
+    its next receive finds its item. ``NO_SLOT`` is never returned.
+
+    Raises:
+        RequeueError: no session slot came free within the wait.
+    """
+    while True:
+        try:
+            slots.before_admission()
+        except RequeueError:
+            rt.ledger.record_queued(request)
+            raise
+        started = rt.ledger.start(request, owner=owner, lease_until=lease_until)
+        if started.admission is not Admission.NO_SLOT:
+            return started
+        slots.seen_taken = True
 
 
 def _record(request: DispatchRequest, receive_count: int, rt: Runtime) -> Recorded:

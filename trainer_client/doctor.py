@@ -630,8 +630,10 @@ def _stuck(exp: Experiment, key: str | None, watch: _Watch, timeout_s: float) ->
         yield _hop(
             "dispatched",
             False,
-            f"no dispatcher recorded the rollout within {waited}",
-            "check the dispatcher's function line, the dispatch queue and its dead letters above",
+            f"no dispatcher recorded the rollout within {waited} (a start that waits in the dispatcher for a free "
+            "session slot is recorded only when its wait runs out)",
+            "check the dispatcher's function line, the dispatch queue and its dead letters above, and whether "
+            "every session slot is taken (`rollouts status`)",
         )
         return
     if not written and SessionState.RUNNING.value not in watch.states:

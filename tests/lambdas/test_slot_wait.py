@@ -105,18 +105,27 @@ def test_a_start_that_finds_no_slot_is_admitted_in_the_same_invocation_once_a_sl
 ) -> None:
     # GIVEN a full session budget, one of whose rollouts finishes just before the slot count's second read
     running = fill_the_session_budget(env)
-    env = with_poll_hook(env, lambda poll: finish(finisher_ledger, running[0]) if poll == 2 else None)
     request = env.start_request()
+    items_while_waiting: list[object] = []
+
+    def on_poll(poll: int) -> None:
+        items_while_waiting.append(finisher_ledger.get(request.session_id))
+        if poll == 2:
+            finish(finisher_ledger, running[0])
+
+    env = with_poll_hook(env, on_poll)
     calls.take()
 
     # WHEN its start message is handled with most of the function's time left
     _, response = run_handler(env, monkeypatch, [request], time_left_s=60)
 
     # THEN it was admitted and invoked in this invocation (not sent back to the queue) once the read saw the
-    # freed slot: two reads of the count, the failed start and the admission, and the slot count stays full
+    # freed slot: two reads of the count, the failed start and the same start tried again, with nothing written
+    # while it waited, and the slot count stays full
     counted = calls.take()
     assert failed_ids(response) == set()
     assert len(env.acr.calls_of(INVOKE, request.session_id)) == 1
+    assert items_while_waiting == [None, None]
     record = env.rt.ledger.get(request.session_id)
     assert (record.state, record.attempts, record.inflight) == (SessionState.RUNNING, 1, True)
     assert (counted["GetItem"], counted["TransactWriteItems"]) == (2, 2)
