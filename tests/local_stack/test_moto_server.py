@@ -151,3 +151,57 @@ def test_a_cancelled_transaction_puts_back_every_item_it_changed(aws: AwsClients
     items = {item["k"]["S"]: item for item in aws.dynamodb.scan(TableName=table)["Items"]}
     assert sorted(items) == ["deleted", "updated"]
     assert items["updated"]["n"] == {"N": "1"} and items["deleted"]["n"] == {"N": "1"}
+
+
+#: Sends 20 batches of ten to one standard queue, then receives ten messages three times; prints the datetimes
+#: moto's clock built during the sends, the queue attribute maps read during the receives, and the largest gap
+#: between the time SQS reads and ``time.time()`` (ms).
+QUEUE_SCANS = """
+import time
+import boto3
+from moto import mock_aws
+from moto.core import utils
+from moto.sqs import models
+{patch}
+counts = {{"datetimes": 0, "attribute_maps": 0}}
+utcnow, attributes = utils.utcnow, models.Queue.attributes.fget
+def counted_utcnow():
+    counts["datetimes"] += 1
+    return utcnow()
+def counted_attributes(queue):
+    counts["attribute_maps"] += 1
+    return attributes(queue)
+utils.utcnow = counted_utcnow
+models.Queue.attributes = property(counted_attributes)
+with mock_aws():
+    sqs = boto3.client("sqs", region_name="us-east-1")
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    counts["datetimes"] = 0
+    for _ in range(20):
+        sqs.send_message_batch(QueueUrl=url, Entries=[{{"Id": str(i), "MessageBody": "m"}} for i in range(10)])
+    datetimes, counts["attribute_maps"] = counts["datetimes"], 0
+    received = sum(len(sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]) for _ in range(3))
+    gap = max(abs(models.unix_time_millis() - time.time() * 1000) for _ in range(100))
+    print(datetimes, counts["attribute_maps"], received, gap)
+"""
+
+
+def _queue_scans(patch: str) -> tuple[int, int, int, float]:
+    code = QUEUE_SCANS.format(patch=patch)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    datetimes, maps, received, gap = done.stdout.split()[-4:]
+    return int(datetimes), int(maps), int(received), float(gap)
+
+
+def test_sqs_sends_and_receives_do_not_scan_the_queue_per_message_to_read_the_clock_or_retention() -> None:
+    # GIVEN moto's own behaviour: each message sent builds two datetimes per queued message (200 sent one by one:
+    # tens of thousands), and each message received reads the queue's whole attribute map, every count scanned
+    # (the baseline, so the test notices if moto changes)
+    datetimes, maps, received, _ = _queue_scans("")
+    assert datetimes > 10_000 and maps >= received == 30
+    # WHEN the server's patch applies
+    datetimes, maps, received, gap_ms = _queue_scans("from local_stack.moto_server import fast_sqs\nfast_sqs()")
+    # THEN SQS builds no datetime to read "now", a receive reads no attribute map, the same messages come, and
+    # the time SQS reads is the same to the millisecond
+    assert (datetimes, maps, received) == (0, 0, 30)
+    assert gap_ms < 1.0
