@@ -18,6 +18,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from local_stack.acr_emulator.config import RuntimeConfig
     from local_stack.acr_emulator.forkserver import ForkServer
 
-__all__ = ["AgentProcess", "PingReport", "ProcessHandle", "agent_environment"]
+__all__ = ["AgentProcess", "PingReport", "ProcessHandle", "agent_environment", "release_port", "reserve_port"]
 
 logger = logging.getLogger(__name__)
 
@@ -123,10 +124,32 @@ def listening_ports(pgid: int) -> set[int]:
     return ports
 
 
-def _free_port() -> int:
+#: Ports given to agent processes that have not ended. The OS hands out a port that is free now; two sessions
+#: started at once could both be given one before either agent binds it, and the loser's ``/ping`` (and its
+#: invocation) would then reach the other session's agent.
+_PORTS_GIVEN: set[int] = set()
+_PORT_TRIES = 100
+
+
+def _os_free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        return int(sock.getsockname()[1])
+
+
+def reserve_port(pick: Callable[[], int] = _os_free_port) -> int:
+    """A free port no live agent process was given; hold it until :func:`release_port`."""
+    for _ in range(_PORT_TRIES):
+        port = pick()
+        if port not in _PORTS_GIVEN:
+            _PORTS_GIVEN.add(port)
+            return port
+    raise RuntimeClientError(f"no free port after {_PORT_TRIES} tries that no other session holds")
+
+
+def release_port(port: int) -> None:
+    """Give a port back once the agent process that held it has ended."""
+    _PORTS_GIVEN.discard(port)
 
 
 class AgentProcess:
@@ -164,7 +187,7 @@ class AgentProcess:
         home, tmpdir, work = root / "home", root / "tmp", root / "work"
         for d in (home, tmpdir, work):
             d.mkdir()
-        port = _free_port()
+        port = reserve_port()
         env = agent_environment(runtime, port=port, home=home, tmpdir=tmpdir)
         cwd = runtime.working_dir or work
         log_path = log_dir / f"{root.name}.log" if log_dir else None
@@ -179,6 +202,7 @@ class AgentProcess:
             if log:
                 log.close()
             shutil.rmtree(root, ignore_errors=True)
+            release_port(port)
             raise
         logger.debug("started agent pid=%s port=%s runtime=%s", proc.pid, port, runtime.arn)
         return cls(proc, port=port, root=root, log=log)
@@ -263,6 +287,7 @@ class AgentProcess:
         if self._log:
             self._log.close()
         shutil.rmtree(self.root, ignore_errors=True)
+        release_port(self.port)
 
     def _signal_group(self, sig: signal.Signals) -> None:
         try:

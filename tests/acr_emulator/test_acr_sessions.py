@@ -12,6 +12,7 @@ import httpx
 import pytest
 from acr_helpers import SECRET_ENV, admin, arn, invoke_json, pid_alive, wait_for
 
+from local_stack.acr_emulator.process import release_port, reserve_port
 from rollout_contract import new_session_id
 from rollout_contract.protocol import REQUEST_ID_HEADER, SESSION_HEADER
 
@@ -212,3 +213,21 @@ def test_cold_start_delay_is_paid_by_a_new_session_only(client, session_id):
     # THEN only the first invoke waited for it
     assert cold >= 0.6
     assert warm < 0.6
+
+
+def test_two_sessions_started_at_once_are_never_given_the_same_port() -> None:
+    # GIVEN the OS offers the same free port twice in a row (neither agent has bound it yet), then another
+    offered = iter([41001, 41001, 41002])
+
+    # WHEN two sessions' agents are given ports
+    first = reserve_port(lambda: next(offered))
+    second = reserve_port(lambda: next(offered))
+    try:
+        # THEN the second skips the port the first holds, so each session's pings and invocations reach its own agent
+        assert (first, second) == (41001, 41002)
+        # AND a port comes back once its agent has ended
+        release_port(first)
+        assert reserve_port(lambda: 41001) == 41001
+    finally:
+        release_port(41001)
+        release_port(41002)
