@@ -205,3 +205,39 @@ def test_sqs_sends_and_receives_do_not_scan_the_queue_per_message_to_read_the_cl
     # the time SQS reads is the same to the millisecond
     assert (datetimes, maps, received) == (0, 0, 30)
     assert gap_ms < 1.0
+
+
+#: Resolves four services' hosts three times each on moto's dispatcher; prints the backends found and how many
+#: times moto's own lookup (a scan of every service's URL patterns) ran.
+HOST_LOOKUPS = """
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+scans = 0
+find = DomainDispatcherApplication.get_backend_for_host
+def counted(self, host):
+    global scans
+    scans += 1
+    return find(self, host)
+DomainDispatcherApplication.get_backend_for_host = counted
+{patch}
+app = DomainDispatcherApplication(create_backend_app)
+hosts = ["sqs.us-east-1.amazonaws.com", "dynamodb.us-east-1.amazonaws.com", "s3.amazonaws.com", "moto_api"]
+found = [app.get_backend_for_host(host) for _ in range(3) for host in hosts]
+print(",".join(map(str, found[:4])), scans)
+"""
+
+
+def _host_lookups(patch: str) -> tuple[str, int]:
+    code = HOST_LOOKUPS.format(patch=patch)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    found, scans = done.stdout.split()[-2:]
+    return found, int(scans)
+
+
+def test_the_server_finds_a_hosts_service_once_and_answers_the_same() -> None:
+    # GIVEN moto's own dispatcher, which scans every service's URL patterns for each request
+    found, scans = _host_lookups("")
+    assert scans == 12
+    # WHEN the server's patch applies
+    kept, scans = _host_lookups("from local_stack.moto_server import quick_dispatch\nquick_dispatch()")
+    # THEN each host is looked up once, with the same answers
+    assert (kept, scans) == (found, 4)
