@@ -52,14 +52,17 @@ from typing import Any
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from local_stack_bench import (
+    BASELINE,
     BASELINE_APP_ID,
     LAMBDAS_APP_ID,
+    PROBE,
     TRAINER_APP_ID,
     Call,
     MotoRecorder,
     _boto_session,
     _client,
     _emulator_counters,
+    _wait_for_finishes,
     _wait_for_stops,
     classify,
     pick,
@@ -351,6 +354,7 @@ def run(settings: BenchSettings) -> Report:
             samples = ours.run([payload(settings.rollout_s)] * size)
             report.batch[size]["ours"] = (time.monotonic() - started, samples)
             _wait_for_stops(stack, acr_before, size)
+            _wait_for_finishes(stack, EXP_ID)
             _count_calls(report, recorder.stop(), size)
             started = time.monotonic()
             samples = direct.run([payload(settings.rollout_s)] * size)
@@ -371,7 +375,7 @@ def _count_calls(report: Report, records: Sequence[dict[str, Any]], rollouts: in
     """Add the recorded calls (the baseline's excluded) and DynamoDB's request units."""
     for record in records:
         call = classify(record)
-        if call.caller == "baseline":
+        if call.caller in (BASELINE, PROBE):
             continue
         report.calls[call] += 1
         if call.service != "dynamodb":
@@ -576,7 +580,7 @@ def render(report: Report, settings: BenchSettings) -> str:
             "-- batches: all rollouts submitted at once, the same invoke rate and session budget for both --",
             render_batches(report, settings),
             "",
-            "-- whole-system AWS calls per rollout (ours, batch phase, submit to the last session stopped) --",
+            "-- whole-system AWS calls per rollout (ours, batch phase, submit to the last rollout finished) --",
             "   S3 -> EventBridge -> SQS delivery makes no API call; ACR calls (1 invoke + 1 stop) and Lambda",
             "   compute are priced by consumption, not per call, and are left out of the cost",
             render_calls(report),

@@ -55,6 +55,8 @@ from local_stack._process import environment
 from local_stack.model_endpoint import EndpointSettings
 from local_stack.moto_server import DUMMY_CREDENTIALS, LOCAL_REGION
 from local_stack.stack import DEFAULT_RUN_DIR, LocalStack
+from rollout_contract.resources import INFLIGHT_INDEX
+from rollout_contract.sessions import INFLIGHT_MARK
 from trainer_client import AwsClients, ClientResult, PollSettings, RolloutClient, RolloutFuture
 
 EXP_ID = "bench"
@@ -63,8 +65,10 @@ MODEL_ID = "stand-in-math"
 TRAINER_APP_ID = "bench-trainer"
 BASELINE_APP_ID = "bench-art-baseline"
 LAMBDAS_APP_ID = "bench-lambdas"
-TRAINER, BASELINE, LAMBDAS = "trainer", "baseline", "lambdas"
-CALLERS = {TRAINER_APP_ID: TRAINER, BASELINE_APP_ID: BASELINE, LAMBDAS_APP_ID: LAMBDAS}
+#: The benchmark's own reads of the stack (is every rollout finished?), left out of every count.
+PROBE_APP_ID = "bench-probe"
+TRAINER, BASELINE, LAMBDAS, PROBE = "trainer", "baseline", "lambdas", "probe"
+CALLERS = {TRAINER_APP_ID: TRAINER, BASELINE_APP_ID: BASELINE, LAMBDAS_APP_ID: LAMBDAS, PROBE_APP_ID: PROBE}
 #: Requests with no app id: the agents, whose environment the emulator scrubs.
 UNTAGGED_CALLER = "agents"
 #: The trainer's calls that serve completion (the rest submit rollouts).
@@ -141,8 +145,8 @@ class KindReport:
         return count / self.rollouts
 
     def system_calls(self) -> Counter[Call]:
-        """Every recorded call except the baseline's HEADs."""
-        return Counter({call: n for call, n in self.calls.items() if call.caller != BASELINE})
+        """Every recorded call except the baseline's HEADs and the benchmark's probes."""
+        return Counter({call: n for call, n in self.calls.items() if call.caller not in (BASELINE, PROBE)})
 
     def completion_calls(self) -> int:
         """The trainer's calls that detect and read completions (receive, delete, hand back, GetObject)."""
@@ -308,6 +312,24 @@ def _wait_for_stops(stack: LocalStack, before: Counter[str], expected: int) -> N
         time.sleep(0.2)
 
 
+def _wait_for_finishes(stack: LocalStack, exp_id: str) -> None:
+    """Wait until no rollout of ``exp_id`` holds a session slot (or :data:`STOP_WAIT_S` passed): the finisher's last
+    transactions follow its last stops, and the recording must hold them (the reads, the probe's, are counted
+    nowhere)."""
+    dynamodb = _client("dynamodb", stack.moto_url or "", PROBE_APP_ID, 2)
+    query = {
+        "TableName": stack.descriptors[exp_id].sessions_table,
+        "IndexName": INFLIGHT_INDEX.name,
+        "KeyConditionExpression": "#mark = :mark",
+        "ExpressionAttributeNames": {"#mark": INFLIGHT_INDEX.partition_key},
+        "ExpressionAttributeValues": {":mark": {"S": INFLIGHT_MARK}},
+        "Select": "COUNT",
+    }
+    deadline = time.monotonic() + STOP_WAIT_S
+    while dynamodb.query(**query)["Count"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 class Tracker:
     """Time-stamps each rollout future's resolution and runs an ART HEAD poller (a thread) beside it.
 
@@ -382,6 +404,7 @@ def measure(stack: LocalStack, kind: RolloutKind, settings: BenchSettings) -> Ki
         submit_windowed(client, items, settings, tracker)
         outcomes = tracker.finish(settings.timeout_s + RESULT_GRACE_S)
         _wait_for_stops(stack, acr_before, settings.rollouts)
+        _wait_for_finishes(stack, EXP_ID)
     report = KindReport(kind=kind, rollouts=settings.rollouts, window_s=time.monotonic() - window_started)
     report.calls = Counter(classify(record) for record in recorder.stop())
     report.acr = _emulator_counters(stack) - acr_before
@@ -522,7 +545,7 @@ def render(reports: Sequence[KindReport], settings: BenchSettings) -> str:
             "   ART polling: a HEAD per rollout at t=0, then every 0.75 s x1.5 up to 30 s; ART then also reads it",
             render_latency(reports),
             "",
-            "-- AWS calls per rollout over the window (submit to the last session stopped), whole system --",
+            "-- AWS calls per rollout over the window (submit to the last rollout finished), whole system --",
             "   the baseline's HEADs are not in the total; S3 -> EventBridge -> SQS delivery makes no API call",
             render_calls(reports),
             "",
