@@ -138,7 +138,7 @@ class RolloutClient:
             region=region,
             endpoints=endpoints,
             max_retry_attempts=max_retry_attempts,
-            max_pool_connections=max(max_pool_connections, poll.fetch_workers + 2),
+            max_pool_connections=max(max_pool_connections, poll.fetch_workers + poll.receivers + 1),
         )
         self.dispatch_queue_url = dispatch_queue_url or self._queue_url(self.resources.dispatch_queue.name)
         self.completion_queue_url = completion_queue_url or self._queue_url(self.resources.completion_queue.name)

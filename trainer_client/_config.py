@@ -37,6 +37,8 @@ class PollSettings(NamedTuple):
             ``timed_out`` result before failing the item locally.
         unavailable_after_s: how long the completion queue or the results bucket may stay unreachable
             before pending futures fail with ``StoreUnavailableError``.
+        receivers: long polls open at once (threads): while one receiver reads its batch's results, the
+            next event goes to another.
     """
 
     wait_time_s: int = 20
@@ -46,6 +48,7 @@ class PollSettings(NamedTuple):
     idle_backoff_s: float = 0.2
     deadline_grace_s: float = 180.0
     unavailable_after_s: float = 120.0
+    receivers: int = 2
 
 
 class TraceSettings(NamedTuple):

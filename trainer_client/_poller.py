@@ -1,4 +1,4 @@
-"""The completion poller: one thread per client long-polls the completion queue and resolves futures.
+"""The completion poller: a client's receiver threads long-poll the completion queue and resolve futures.
 
 Each message is an S3 "Object Created" event for a result object. The poller looks the session id up
 among the futures it owns (a dict: O(1)), loads the result in a small thread pool, resolves the
@@ -10,6 +10,9 @@ receives only while it owns pending futures, so an idle client takes nothing fro
 When the queue or the bucket cannot be reached (an outage, revoked credentials, a stopped local stack),
 the poller says so once, backs off (1 s doubling to 30 s) and, after ``unavailable_after_s``, fails the
 pending futures with :class:`StoreUnavailableError` instead of leaving them waiting forever.
+
+``PollSettings.receivers`` (default 2) long polls stay open at once: an event that arrives while one
+receiver reads its batch's results is taken by another instead of waiting for that batch to end.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import InvalidStateError, ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
 from botocore.exceptions import BotoCoreError
 from botocore.exceptions import ClientError as BotoClientError
@@ -40,6 +43,15 @@ Loader = Callable[[ObjectCreated], ClientResult]
 _AWS_ERRORS = (BotoCoreError, BotoClientError)
 _RETRY_PAUSE_S = 1.0
 _MAX_RETRY_PAUSE_S = 30.0
+
+
+class Handled(NamedTuple):
+    """What handling one receive did."""
+
+    #: Messages for futures this poller owns.
+    owned: int
+    #: A result object could not be read (the store may be unreachable): its event goes back to the queue.
+    load_failed: bool
 
 
 class CompletionPoller:
@@ -63,10 +75,11 @@ class CompletionPoller:
         self._finished: OrderedDict[str, None] = OrderedDict()
         self._cond = threading.Condition()
         self._closed = False
-        self._thread: threading.Thread | None = None
+        if settings.receivers < 1:
+            raise ValueError(f"PollSettings.receivers must be at least 1, got {settings.receivers}")
+        self._threads: list[threading.Thread] = []
         self._failing_since: float | None = None
         self._backoff_s = _RETRY_PAUSE_S
-        self._load_failed = False
         self._fetchers = ThreadPoolExecutor(settings.fetch_workers, thread_name_prefix=f"{name}-fetch")
 
     @property
@@ -105,9 +118,13 @@ class CompletionPoller:
                 seen.add(session_id)
             for future in futures:
                 self._pending[future.session_id] = future
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-                self._thread.start()
+            if not self._threads:
+                self._threads = [
+                    threading.Thread(target=self._run, name=f"{self._name}-{index}", daemon=True)
+                    for index in range(self._settings.receivers)
+                ]
+                for thread in self._threads:
+                    thread.start()
             self._cond.notify()
         for future in futures:
             future.add_done_callback(self._forget)
@@ -148,8 +165,8 @@ class CompletionPoller:
             self._closed = True
             self._cond.notify_all()
             pending = list(self._pending.values())
-        if self._thread is not None:
-            self._thread.join(self._settings.wait_time_s + 10)
+        for thread in self._threads:
+            thread.join(self._settings.wait_time_s + 10)
         self._fetchers.shutdown(wait=True)
         for future in pending:
             self.fail(future, ClientClosedError(f"client closed before rollout {future.session_id} ended"))
@@ -161,18 +178,17 @@ class CompletionPoller:
                     self._cond.wait()
                 if self._closed:
                     return
-            self._load_failed = False
             try:
                 messages = self._receive()
-                owned = self.handle(messages)
+                handled = self.handle(messages)
             except _AWS_ERRORS as exc:
                 self._store_failed(exc)
                 continue
-            if self._load_failed:
+            if handled.load_failed:
                 self._store_failed(None)
                 continue
             self._store_reachable()
-            if messages and not owned:
+            if messages and not handled.owned:
                 self._pause(self._settings.idle_backoff_s)
 
     def _store_failed(self, exc: BaseException | None) -> None:
@@ -232,8 +248,8 @@ class CompletionPoller:
         )
         return response.get("Messages", [])
 
-    def handle(self, messages: list[dict[str, Any]]) -> int:
-        """Process received messages; return how many were for futures this poller owns."""
+    def handle(self, messages: list[dict[str, Any]]) -> Handled:
+        """Process received messages: resolve the owned ones, delete what is done, hand back the rest."""
         to_delete: list[dict[str, Any]] = []
         to_return: list[dict[str, Any]] = []
         owned: list[tuple[dict[str, Any], RolloutFuture, ObjectCreated]] = []
@@ -257,13 +273,16 @@ class CompletionPoller:
         if self._closed:
             to_return.extend(message for message, _, _ in owned)
             owned = []
+        load_failed = False
         for entry, loaded in zip(owned, self._fetchers.map(self._settle, owned), strict=True):
             (to_delete if loaded else to_return).append(entry[0])
+            load_failed = load_failed or not loaded
         self._delete(to_delete)
         self._hand_back(to_return)
-        return len(owned)
+        return Handled(owned=len(owned), load_failed=load_failed)
 
     def _settle(self, item: tuple[dict[str, Any], RolloutFuture, ObjectCreated]) -> bool:
+        """Load and resolve one owned event's result; ``False`` when it could not be read (the event is retried)."""
         message, future, event = item
         sent_ms = message.get("Attributes", {}).get("SentTimestamp")
         if sent_ms is not None and future.event_sent_at is None:
@@ -272,7 +291,6 @@ class CompletionPoller:
             result = self._load(event)
         except _AWS_ERRORS as exc:
             logger.debug("completion poller: could not read %s (%s); the event will be retried", event.key, exc)
-            self._load_failed = True
             return False
         except ValidationError as exc:
             self.fail(future, RolloutError(f"result object {event.key} is not a valid rollout result: {exc}"))
