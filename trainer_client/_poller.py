@@ -78,8 +78,10 @@ class CompletionPoller:
         if settings.receivers < 1:
             raise ValueError(f"PollSettings.receivers must be at least 1, got {settings.receivers}")
         self._threads: list[threading.Thread] = []
+        #: Since when the store has been unreachable (``None``: it is reachable), shared by the receivers.
         self._failing_since: float | None = None
         self._backoff_s = _RETRY_PAUSE_S
+        self._health = threading.Lock()
         self._fetchers = ThreadPoolExecutor(settings.fetch_workers, thread_name_prefix=f"{name}-fetch")
 
     @property
@@ -120,7 +122,7 @@ class CompletionPoller:
                 self._pending[future.session_id] = future
             if not self._threads:
                 self._threads = [
-                    threading.Thread(target=self._run, name=f"{self._name}-{index}", daemon=True)
+                    threading.Thread(target=self._run, args=(index,), name=f"{self._name}-{index}", daemon=True)
                     for index in range(self._settings.receivers)
                 ]
                 for thread in self._threads:
@@ -171,13 +173,15 @@ class CompletionPoller:
         for future in pending:
             self.fail(future, ClientClosedError(f"client closed before rollout {future.session_id} ended"))
 
-    def _run(self) -> None:
+    def _run(self, index: int) -> None:
+        """One receiver's loop; while the store is unreachable only receiver 0 keeps trying it."""
         while True:
             with self._cond:
-                while not self._pending and not self._closed:
+                while not self._closed and (not self._pending or (index and self._failing_since is not None)):
                     self._cond.wait()
                 if self._closed:
                     return
+            started = time.monotonic()
             try:
                 messages = self._receive()
                 handled = self.handle(messages)
@@ -187,52 +191,57 @@ class CompletionPoller:
             if handled.load_failed:
                 self._store_failed(None)
                 continue
-            self._store_reachable()
+            self._store_reachable(started)
             if messages and not handled.owned:
                 self._pause(self._settings.idle_backoff_s)
 
     def _store_failed(self, exc: BaseException | None) -> None:
         """Back off after a failed receive or read; past ``unavailable_after_s``, fail what is pending."""
         now = time.monotonic()
-        if self._failing_since is None:
-            self._failing_since = now
-            self._backoff_s = _RETRY_PAUSE_S
-            cause = f"{type(exc).__name__}: {exc}" if exc is not None else "a result object could not be read"
-            logger.warning(
-                "completion poller: cannot reach the completion queue or the results bucket (%s); retrying with "
-                "backoff, pending rollouts fail if this lasts %.0f s",
-                cause,
-                self._settings.unavailable_after_s,
-            )
-        else:
-            self._backoff_s = min(_MAX_RETRY_PAUSE_S, self._backoff_s * 2)
-        down_s = now - self._failing_since
+        with self._health:
+            if self._failing_since is None:
+                self._failing_since = now
+                self._backoff_s = _RETRY_PAUSE_S
+                cause = f"{type(exc).__name__}: {exc}" if exc is not None else "a result object could not be read"
+                logger.warning(
+                    "completion poller: cannot reach the completion queue or the results bucket (%s); retrying "
+                    "with backoff, pending rollouts fail if this lasts %.0f s",
+                    cause,
+                    self._settings.unavailable_after_s,
+                )
+            else:
+                self._backoff_s = min(_MAX_RETRY_PAUSE_S, self._backoff_s * 2)
+            down_s, pause_s = now - self._failing_since, self._backoff_s
         if down_s >= self._settings.unavailable_after_s:
-            with self._cond:
-                pending = list(self._pending.values())
-            if pending:
-                logger.error(
-                    "completion poller: store unreachable for %.0f s; failing %d pending rollout(s)",
-                    down_s,
-                    len(pending),
-                )
-            for future in pending:
-                self.fail(
-                    future,
-                    StoreUnavailableError(
-                        f"no result for rollout {future.session_id}: the completion queue or results bucket was "
-                        f"unreachable for {down_s:.0f} s (is the stack or the network down, or were the "
-                        "credentials revoked?); once it is back, client.attach collects stored results"
-                    ),
-                )
-        self._pause(self._backoff_s)
+            self._fail_pending(down_s)
+        self._pause(pause_s)
 
-    def _store_reachable(self) -> None:
-        if self._failing_since is not None:
-            logger.warning(
-                "completion poller: the store is reachable again after %.0f s", time.monotonic() - self._failing_since
+    def _fail_pending(self, down_s: float) -> None:
+        with self._cond:
+            pending = list(self._pending.values())
+        if pending:
+            logger.error(
+                "completion poller: store unreachable for %.0f s; failing %d pending rollout(s)", down_s, len(pending)
             )
-            self._failing_since = None
+        for future in pending:
+            self.fail(
+                future,
+                StoreUnavailableError(
+                    f"no result for rollout {future.session_id}: the completion queue or results bucket was "
+                    f"unreachable for {down_s:.0f} s (is the stack or the network down, or were the "
+                    "credentials revoked?); once it is back, client.attach collects stored results"
+                ),
+            )
+
+    def _store_reachable(self, receive_started: float) -> None:
+        """A receive that began after the store failed succeeded: say so and wake the other receivers."""
+        with self._health:
+            if self._failing_since is None or receive_started < self._failing_since:
+                return
+            down_s, self._failing_since = time.monotonic() - self._failing_since, None
+        logger.warning("completion poller: the store is reachable again after %.0f s", down_s)
+        with self._cond:
+            self._cond.notify_all()
 
     def _pause(self, seconds: float) -> None:
         with self._cond:
