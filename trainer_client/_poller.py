@@ -127,7 +127,7 @@ class CompletionPoller:
                 ]
                 for thread in self._threads:
                     thread.start()
-            self._cond.notify()
+            self._cond.notify_all()
         for future in futures:
             future.add_done_callback(self._forget)
 

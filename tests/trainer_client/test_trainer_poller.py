@@ -29,42 +29,48 @@ def _event(bucket: str, key: ResultKey) -> str:
     )
 
 
-@pytest.mark.parametrize("receivers", [2, 3])
-def test_an_event_behind_a_slow_result_read_resolves_while_that_read_goes_on(receivers: int) -> None:
-    # GIVEN a poller owning two rollouts, whose first result read blocks until the second rollout has resolved
-    sqs = boto3.client("sqs")
-    queue_url = sqs.create_queue(QueueName=f"completion-{new_session_id()[:8]}")["QueueUrl"]
-    slow, quick = (ResultKey("exp", "q", new_session_id()) for _ in range(2))
-    quick_resolved = threading.Event()
+class SlowReads:
+    """A result loader whose read of ``slow`` waits until ``quick`` has resolved (or ``WAIT_S`` passed)."""
 
-    def load(event: ObjectCreated) -> str:
-        if event.key == str(slow):
-            quick_resolved.wait(WAIT_S)
+    def __init__(self) -> None:
+        self.slow: str | None = None
+        self.quick_resolved = threading.Event()
+
+    def __call__(self, event: ObjectCreated) -> str:
+        if event.key == self.slow:
+            self.quick_resolved.wait(WAIT_S)
         return event.key
 
-    poller = CompletionPoller(
-        sqs, queue_url, load, PollSettings(wait_time_s=1, receivers=receivers), name="test-poller"
-    )
-    futures = {key: RolloutFuture(key, "bucket", deadline_at=time.time() + 60) for key in (slow, quick)}
-    futures[quick].add_done_callback(lambda _: quick_resolved.set())
-    poller.register_all(list(futures.values()))
-    try:
-        # WHEN the slow rollout's event arrives, and the quick one's once a receiver is reading the slow result
-        sqs.send_message(QueueUrl=queue_url, MessageBody=_event("bucket", slow))
-        sqs.send_message(QueueUrl=queue_url, MessageBody=_event("bucket", quick))
 
-        # THEN the quick rollout resolves while the slow read still waits on it (one receiver would wait
-        # the read out), and both end with their results and their events deleted
-        assert quick_resolved.wait(WAIT_S / 2)
-        assert futures[slow].result(timeout=WAIT_S) == str(slow)
-        assert futures[quick].result(timeout=WAIT_S) == str(quick)
+@pytest.mark.parametrize("receivers", [2, 3])
+def test_an_event_behind_a_slow_result_read_resolves_while_that_read_goes_on(receivers: int) -> None:
+    # GIVEN a poller whose result read of a "slow" rollout blocks until the "quick" one has resolved
+    sqs = boto3.client("sqs")
+    queue_url = sqs.create_queue(QueueName=f"completion-{new_session_id()[:8]}")["QueueUrl"]
+    reads = SlowReads()
+    poller = CompletionPoller(sqs, queue_url, reads, PollSettings(wait_time_s=1, receivers=receivers), name="poller")
+    try:
+        # WHEN two such pairs come one after the other (the poller idle in between, every receiver asleep), the
+        # slow rollout's event first, the quick one's once a receiver is reading the slow result
+        for _ in range(2):
+            slow, quick = (ResultKey("exp", "q", new_session_id()) for _ in range(2))
+            reads.slow, reads.quick_resolved = str(slow), threading.Event()
+            futures = {key: RolloutFuture(key, "bucket", deadline_at=time.time() + 60) for key in (slow, quick)}
+            futures[quick].add_done_callback(lambda _, done=reads.quick_resolved: done.set())
+            poller.register_all(list(futures.values()))
+            sqs.send_message(QueueUrl=queue_url, MessageBody=_event("bucket", slow))
+            sqs.send_message(QueueUrl=queue_url, MessageBody=_event("bucket", quick))
+
+            # THEN each time the quick rollout resolves while the slow read still waits on it (one receiver would
+            # wait the read out), and both end with their results
+            assert reads.quick_resolved.wait(WAIT_S / 2)
+            assert futures[slow].result(timeout=WAIT_S) == str(slow)
+            assert futures[quick].result(timeout=WAIT_S) == str(quick)
     finally:
         poller.close()
+    # AND every event was deleted
     attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])["Attributes"]
-    assert (attributes["ApproximateNumberOfMessages"], attributes["ApproximateNumberOfMessagesNotVisible"]) == (
-        "0",
-        "0",
-    )
+    assert attributes["ApproximateNumberOfMessages"] == attributes["ApproximateNumberOfMessagesNotVisible"] == "0"
 
 
 def test_a_poller_needs_a_receiver() -> None:
