@@ -15,8 +15,10 @@ from trainer_client import PollSettings
 from trainer_client._future import RolloutFuture
 from trainer_client._poller import CompletionPoller
 
-#: Longest a test waits for anything (real time); a pass takes well under a second.
+#: Longest a test waits for anything (real time); a pass takes a few seconds.
 WAIT_S = 10.0
+#: Longer than a long poll (``wait_time_s=1``): every receiver has gone back to waiting for futures.
+IDLE_S = 1.5
 
 
 def _event(bucket: str, key: ResultKey) -> str:
@@ -52,7 +54,9 @@ def test_an_event_behind_a_slow_result_read_resolves_while_that_read_goes_on(rec
     try:
         # WHEN two such pairs come one after the other (the poller idle in between, every receiver asleep), the
         # slow rollout's event first, the quick one's once a receiver is reading the slow result
-        for _ in range(2):
+        for round_ in range(2):
+            if round_:
+                time.sleep(IDLE_S)
             slow, quick = (ResultKey("exp", "q", new_session_id()) for _ in range(2))
             reads.slow, reads.quick_resolved = str(slow), threading.Event()
             futures = {key: RolloutFuture(key, "bucket", deadline_at=time.time() + 60) for key in (slow, quick)}
