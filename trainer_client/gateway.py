@@ -7,7 +7,8 @@ the unmodified gateway app (``rllm_model_gateway.create_app``) with two addition
 - an ASGI middleware, outermost, that counts each session's model calls in flight (a call counts from the
   moment the gateway receives it until its response, streamed or not, has been sent in full);
 - ``GET /sessions/<sid>/traces/settled?timeout_s=30``: waits until the session has no call in flight and
-  every trace write the gateway started has finished, then returns the same list as ``/traces``. The header
+  every trace write started while one of its calls was in flight has finished (not the other sessions'
+  writes: under a batch some are always pending), then returns the same list as ``/traces``. The header
   ``X-Calls-In-Flight`` says how many of the session's calls were still running when ``timeout_s`` ran out
   (``0``: the list is complete).
 
@@ -30,9 +31,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import yaml
@@ -51,11 +53,14 @@ _MODEL_CALL_RE = re.compile(r"^/sessions/([^/]+)/v1(?:/.*)?$")
 
 
 class CallsInFlight:
-    """Each session's model calls in flight through the gateway, and a wait for none."""
+    """Each session's model calls in flight through the gateway, the trace writes they started, and a wait for none."""
 
     def __init__(self) -> None:
         self._counts: Counter[str] = Counter()
         self._changed = asyncio.Condition()
+        #: Trace writes not finished yet, by the session whose call was in flight when each started (a write of
+        #: another session's concurrent call may be listed too: waiting for it costs time, never exactness).
+        self._writes: dict[str, set[asyncio.Future[Any]]] = {}
 
     def count(self, session_id: str) -> int:
         """Calls of ``session_id`` in flight now."""
@@ -66,13 +71,28 @@ class CallsInFlight:
         async with self._changed:
             self._counts[session_id] += 1
 
-    async def leave(self, session_id: str) -> None:
-        """A call of ``session_id`` has been answered in full."""
+    async def leave(self, session_id: str, writes: Iterable[asyncio.Future[Any]] = ()) -> None:
+        """A call of ``session_id`` has been answered in full; ``writes`` started while it was in flight."""
+        for write in writes:
+            if not write.done():
+                self._writes.setdefault(session_id, set()).add(write)
+                write.add_done_callback(functools.partial(self._forget_write, session_id))
         async with self._changed:
             self._counts[session_id] -= 1
             if self._counts[session_id] <= 0:
                 del self._counts[session_id]
             self._changed.notify_all()
+
+    def writes(self, session_id: str) -> list[asyncio.Future[Any]]:
+        """The trace writes started during ``session_id``'s calls that have not finished."""
+        return list(self._writes.get(session_id, ()))
+
+    def _forget_write(self, session_id: str, write: asyncio.Future[Any]) -> None:
+        writes = self._writes.get(session_id)
+        if writes is not None:
+            writes.discard(write)
+            if not writes:
+                del self._writes[session_id]
 
     async def wait_idle(self, session_id: str, timeout_s: float) -> int:
         """Wait up to ``timeout_s`` until ``session_id`` has no call in flight; return how many still are."""
@@ -85,11 +105,13 @@ class CallsInFlight:
 
 
 class _CountCalls:
-    """ASGI middleware: every ``/sessions/<sid>/v1/...`` request counts as in flight until it returns."""
+    """ASGI middleware: every ``/sessions/<sid>/v1/...`` request counts as in flight until it returns, and the
+    trace writes the gateway starts meanwhile are the session's."""
 
-    def __init__(self, app: ASGIApp, *, calls: CallsInFlight) -> None:
+    def __init__(self, app: ASGIApp, *, calls: CallsInFlight, pending_writes: set[asyncio.Future[Any]]) -> None:
         self._app = app
         self._calls = calls
+        self._pending_writes = pending_writes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         match = _MODEL_CALL_RE.match(scope.get("path", "")) if scope["type"] == "http" else None
@@ -97,11 +119,12 @@ class _CountCalls:
             await self._app(scope, receive, send)
             return
         session_id = match.group(1)
+        before = set(self._pending_writes)
         await self._calls.enter(session_id)
         try:
             await self._app(scope, receive, send)
         finally:
-            await self._calls.leave(session_id)
+            await self._calls.leave(session_id, self._pending_writes - before)
 
 
 def create_settled_app(config: GatewayConfig) -> FastAPI:
@@ -118,13 +141,14 @@ def create_settled_app(config: GatewayConfig) -> FastAPI:
 
     async def settled_traces(session_id: str, timeout_s: float = Query(30.0, ge=0.0, le=MAX_SETTLE_S)) -> JSONResponse:
         in_flight = await calls.wait_idle(session_id, timeout_s)
-        if pending_writes:
-            await asyncio.gather(*list(pending_writes), return_exceptions=True)
+        writes = calls.writes(session_id)
+        if writes:
+            await asyncio.gather(*writes, return_exceptions=True)
         traces = await store.get_session_traces(session_id)
         return JSONResponse(traces, headers={CALLS_IN_FLIGHT_HEADER: str(in_flight)})
 
     app.add_api_route(SETTLED_TRACES_PATH, settled_traces, methods=["GET"])
-    app.add_middleware(_CountCalls, calls=calls)
+    app.add_middleware(_CountCalls, calls=calls, pending_writes=pending_writes)
     return app
 
 

@@ -34,3 +34,19 @@ async def test_a_wait_that_times_out_reports_the_calls_still_in_flight() -> None
     # WHEN a read waits no time THEN it reports the call in flight; an unknown session has none
     assert await calls.wait_idle("a", timeout_s=0) == 1
     assert await calls.wait_idle("other", timeout_s=0) == 0
+
+
+async def test_a_sessions_trace_writes_are_the_ones_started_during_its_calls_and_leave_once_done() -> None:
+    # GIVEN a write started during a call of session "a" and one during a call of session "b", both pending
+    calls = CallsInFlight()
+    loop = asyncio.get_running_loop()
+    write_a, write_b = loop.create_future(), loop.create_future()
+    for session_id, write in (("a", write_a), ("b", write_b)):
+        await calls.enter(session_id)
+        await calls.leave(session_id, [write])
+    # WHEN a settled read of "a" asks which writes to wait for THEN it is "a"'s alone (a batch always has other
+    # sessions' writes pending), and a finished write is forgotten
+    assert calls.writes("a") == [write_a] and calls.writes("b") == [write_b]
+    write_a.set_result(None)
+    await asyncio.sleep(0)
+    assert calls.writes("a") == [] and calls.writes("b") == [write_b]
