@@ -52,10 +52,9 @@ from typing import Any
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from local_stack_bench import (
-    BASELINE,
     BASELINE_APP_ID,
     LAMBDAS_APP_ID,
-    PROBE,
+    NOT_THE_SYSTEM,
     TRAINER_APP_ID,
     Call,
     MotoRecorder,
@@ -372,10 +371,10 @@ def run(settings: BenchSettings) -> Report:
 
 
 def _count_calls(report: Report, records: Sequence[dict[str, Any]], rollouts: int) -> None:
-    """Add the recorded calls (the baseline's excluded) and DynamoDB's request units."""
+    """Add the recorded calls (not the baseline's or the probe's) and DynamoDB's request units."""
     for record in records:
         call = classify(record)
-        if call.caller in (BASELINE, PROBE):
+        if call.caller in NOT_THE_SYSTEM:
             continue
         report.calls[call] += 1
         if call.service != "dynamodb":

@@ -55,9 +55,9 @@ from local_stack._process import environment
 from local_stack.model_endpoint import EndpointSettings
 from local_stack.moto_server import DUMMY_CREDENTIALS, LOCAL_REGION
 from local_stack.stack import DEFAULT_RUN_DIR, LocalStack
-from rollout_contract.resources import INFLIGHT_INDEX
-from rollout_contract.sessions import INFLIGHT_MARK
+from rollout_contract.resources import ExperimentResources
 from trainer_client import AwsClients, ClientResult, PollSettings, RolloutClient, RolloutFuture
+from trainer_client._status import count_in_flight
 
 EXP_ID = "bench"
 MODEL_ID = "stand-in-math"
@@ -69,6 +69,8 @@ LAMBDAS_APP_ID = "bench-lambdas"
 PROBE_APP_ID = "bench-probe"
 TRAINER, BASELINE, LAMBDAS, PROBE = "trainer", "baseline", "lambdas", "probe"
 CALLERS = {TRAINER_APP_ID: TRAINER, BASELINE_APP_ID: BASELINE, LAMBDAS_APP_ID: LAMBDAS, PROBE_APP_ID: PROBE}
+#: Callers whose calls are not the pipeline's: the ART baseline's HEADs and the benchmark's own probes.
+NOT_THE_SYSTEM = frozenset({BASELINE, PROBE})
 #: Requests with no app id: the agents, whose environment the emulator scrubs.
 UNTAGGED_CALLER = "agents"
 #: The trainer's calls that serve completion (the rest submit rollouts).
@@ -146,7 +148,7 @@ class KindReport:
 
     def system_calls(self) -> Counter[Call]:
         """Every recorded call except the baseline's HEADs and the benchmark's probes."""
-        return Counter({call: n for call, n in self.calls.items() if call.caller not in (BASELINE, PROBE)})
+        return Counter({call: n for call, n in self.calls.items() if call.caller not in NOT_THE_SYSTEM})
 
     def completion_calls(self) -> int:
         """The trainer's calls that detect and read completions (receive, delete, hand back, GetObject)."""
@@ -317,16 +319,9 @@ def _wait_for_finishes(stack: LocalStack, exp_id: str) -> None:
     transactions follow its last stops, and the recording must hold them (the reads, the probe's, are counted
     nowhere)."""
     dynamodb = _client("dynamodb", stack.moto_url or "", PROBE_APP_ID, 2)
-    query = {
-        "TableName": stack.descriptors[exp_id].sessions_table,
-        "IndexName": INFLIGHT_INDEX.name,
-        "KeyConditionExpression": "#mark = :mark",
-        "ExpressionAttributeNames": {"#mark": INFLIGHT_INDEX.partition_key},
-        "ExpressionAttributeValues": {":mark": {"S": INFLIGHT_MARK}},
-        "Select": "COUNT",
-    }
+    resources = ExperimentResources.for_experiment(exp_id)
     deadline = time.monotonic() + STOP_WAIT_S
-    while dynamodb.query(**query)["Count"] and time.monotonic() < deadline:
+    while count_in_flight(dynamodb, resources) and time.monotonic() < deadline:
         time.sleep(0.1)
 
 

@@ -12,7 +12,7 @@ from rollout_contract.sessions import INFLIGHT_MARK
 from trainer_client._aws import AwsClients
 from trainer_client._results import ClientResult
 
-__all__ = ["ExperimentStatus", "QueueDepth", "iter_result_keys", "iter_results", "read_status"]
+__all__ = ["ExperimentStatus", "QueueDepth", "count_in_flight", "iter_result_keys", "iter_results", "read_status"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,12 +64,13 @@ def read_status(clients: AwsClients, resources: ExperimentResources, bucket: str
     return ExperimentStatus(
         resources.exp_id,
         queues,
-        _count_in_flight(clients.dynamodb, resources),
+        count_in_flight(clients.dynamodb, resources),
         [_read(clients.s3, bucket, obj["Key"]) for obj in newest],
     )
 
 
-def _count_in_flight(dynamodb: Any, resources: ExperimentResources) -> int:
+def count_in_flight(dynamodb: Any, resources: ExperimentResources) -> int:
+    """How many of the experiment's rollouts hold a session slot (a paginated COUNT of the in-flight index)."""
     index = resources.sessions_table.indexes[0]
     count = 0
     query: dict[str, Any] = {
