@@ -97,10 +97,17 @@ with mock_aws():
 """
 
 
-def _tables_kept_after_50_transactions(patch: str) -> int:
-    code = MODEL_COPIES.format(patch=patch)
+def _printed(template: str, patch: str, words: int) -> list[str]:
+    """Run ``template`` with ``patch`` in a fresh interpreter (moto unpatched unless ``patch`` patches it); return the
+    last ``words`` words it printed."""
+    code = template.format(patch=patch)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    return int(done.stdout.split()[-1])
+    return done.stdout.split()[-words:]
+
+
+def _tables_kept_after_50_transactions(patch: str) -> int:
+    (kept,) = _printed(MODEL_COPIES, patch, 1)
+    return int(kept)
 
 
 def test_the_server_keeps_no_copy_of_a_table_a_transaction_made() -> None:
@@ -187,9 +194,7 @@ with mock_aws():
 
 
 def _queue_scans(patch: str) -> tuple[int, int, int, float]:
-    code = QUEUE_SCANS.format(patch=patch)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    datetimes, maps, received, gap = done.stdout.split()[-4:]
+    datetimes, maps, received, gap = _printed(QUEUE_SCANS, patch, 4)
     return int(datetimes), int(maps), int(received), float(gap)
 
 
@@ -227,9 +232,7 @@ print(",".join(map(str, found[:4])), scans)
 
 
 def _host_lookups(patch: str) -> tuple[str, int]:
-    code = HOST_LOOKUPS.format(patch=patch)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    found, scans = done.stdout.split()[-2:]
+    found, scans = _printed(HOST_LOOKUPS, patch, 2)
     return found, int(scans)
 
 
