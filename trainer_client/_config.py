@@ -37,8 +37,8 @@ class PollSettings(NamedTuple):
             ``timed_out`` result before failing the item locally.
         unavailable_after_s: how long the completion queue or the results bucket may stay unreachable
             before pending futures fail with ``StoreUnavailableError``.
-        receivers: long polls open at once (threads): while one receiver reads its batch's results, the
-            next event goes to another.
+        receivers: receiver threads; one long-polls at a time and hands the listening over when its receive
+            returns, so while one reads its batch's results the next event goes to another.
     """
 
     wait_time_s: int = 20

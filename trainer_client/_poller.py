@@ -11,8 +11,10 @@ When the queue or the bucket cannot be reached (an outage, revoked credentials, 
 the poller says so once, backs off (1 s doubling to 30 s) and, after ``unavailable_after_s``, fails the
 pending futures with :class:`StoreUnavailableError` instead of leaving them waiting forever.
 
-``PollSettings.receivers`` (default 2) long polls stay open at once: an event that arrives while one
-receiver reads its batch's results is taken by another instead of waiting for that batch to end.
+``PollSettings.receivers`` (default 2) threads receive, one long poll at a time: a receiver hands the
+listening over as soon as its receive returns, so an event that arrives while it reads its batch's results
+is taken by another instead of waiting for that batch to end. No receive starts once every pending future's
+event is in hand, so closing the client waits for no long poll.
 """
 
 from __future__ import annotations
@@ -75,6 +77,14 @@ class CompletionPoller:
         self._finished: OrderedDict[str, None] = OrderedDict()
         self._cond = threading.Condition()
         self._closed = False
+        #: Receives in progress (one at a time: see ``_may_listen``).
+        self._listening = 0
+        #: Session ids of pending futures whose events are in a batch being handled.
+        self._claimed: set[str] = set()
+        #: Batches being handled (``close`` waits for them, not for a long poll).
+        self._handling = 0
+        #: No receive starts before this (``time.monotonic()``): the pause after other processes' events.
+        self._quiet_until = 0.0
         if settings.receivers < 1:
             raise ValueError(f"PollSettings.receivers must be at least 1, got {settings.receivers}")
         self._threads: list[threading.Thread] = []
@@ -152,48 +162,84 @@ class CompletionPoller:
     def _forget(self, future: RolloutFuture) -> None:
         with self._cond:
             self._pending.pop(future.session_id, None)
+            self._claimed.discard(future.session_id)
             self._finished[future.session_id] = None
             if len(self._finished) > self._settings.remember:
                 self._finished.popitem(last=False)
 
     def close(self) -> None:
-        """Stop polling, fail futures still pending with :class:`ClientClosedError`, release threads.
+        """Stop polling and fail futures still pending with :class:`ClientClosedError`; returns at once.
 
-        Returns within a long-poll wait (messages received meanwhile are handed back).
+        A receiver handling a batch it received is waited for (its futures resolve, its messages are deleted);
+        one waiting for futures ends now. One inside a long poll is not waited for: it ends when its receive
+        returns (``wait_time_s`` at most) and hands back whatever that receive brought, so another trainer
+        process (or a later ``attach``) gets it. In a process that exits first, such a message comes back
+        after the completion queue's visibility timeout.
         """
         with self._cond:
             if self._closed:
                 return
             self._closed = True
             self._cond.notify_all()
+            self._cond.wait_for(lambda: not self._handling, timeout=self._settings.wait_time_s + 10)
             pending = list(self._pending.values())
-        for thread in self._threads:
-            thread.join(self._settings.wait_time_s + 10)
-        self._fetchers.shutdown(wait=True)
         for future in pending:
             self.fail(future, ClientClosedError(f"client closed before rollout {future.session_id} ended"))
+        self._fetchers.shutdown(wait=False)
 
     def _run(self, index: int) -> None:
-        """One receiver's loop; while the store is unreachable only receiver 0 keeps trying it."""
+        """One receiver's loop: listen when it may (see :meth:`_may_listen`), then handle what came."""
         while True:
             with self._cond:
-                while not self._closed and (not self._pending or (index and self._failing_since is not None)):
-                    self._cond.wait()
+                while not self._closed and not self._may_listen(index):
+                    self._cond.wait(max(0.0, self._quiet_until - time.monotonic()) or None)
                 if self._closed:
                     return
+                self._listening += 1
             started = time.monotonic()
             try:
                 messages = self._receive()
-                handled = self.handle(messages)
             except _AWS_ERRORS as exc:
+                with self._cond:
+                    self._listening -= 1
+                    self._cond.notify_all()
+                if self._closed:
+                    return
                 self._store_failed(exc)
                 continue
+            try:
+                handled = self._handle(messages, listened=True)
+            except _AWS_ERRORS as exc:
+                if self._closed:
+                    return
+                self._store_failed(exc)
+                continue
+            if self._closed:
+                return
             if handled.load_failed:
                 self._store_failed(None)
                 continue
             self._store_reachable(started)
             if messages and not handled.owned:
-                self._pause(self._settings.idle_backoff_s)
+                with self._cond:
+                    self._quiet_until = time.monotonic() + self._settings.idle_backoff_s
+
+    def _may_listen(self, index: int) -> bool:
+        """Whether receiver ``index`` may start a receive now (called under the lock).
+
+        One receive at a time, and only while some pending future's event is not already in a batch being
+        handled: a receiver hands the listening over as soon as its receive returns, so an event that arrives
+        while it reads its batch's results is taken at once, and when the last events are in hand no receive
+        is left open (closing the client then waits for no long poll). While the store is unreachable only
+        receiver 0 keeps trying it; after a batch of other processes' events the receivers wait
+        ``idle_backoff_s``.
+        """
+        return (
+            not self._listening
+            and len(self._pending) > len(self._claimed)
+            and not (index and self._failing_since is not None)
+            and time.monotonic() >= self._quiet_until
+        )
 
     def _store_failed(self, exc: BaseException | None) -> None:
         """Back off after a failed receive or read; past ``unavailable_after_s``, fail what is pending."""
@@ -257,38 +303,61 @@ class CompletionPoller:
         )
         return response.get("Messages", [])
 
-    def handle(self, messages: list[dict[str, Any]]) -> Handled:
-        """Process received messages: resolve the owned ones, delete what is done, hand back the rest."""
+    def _handle(self, messages: list[dict[str, Any]], *, listened: bool) -> Handled:
+        """Process received messages: resolve the owned ones, delete what is done, hand back the rest.
+
+        ``listened``: the calling receiver was listening; it hands the listening over in the same step in which
+        it claims the batch's futures. Once the client is closed every message goes back (its futures failed
+        with the close, so none is a duplicate this process may delete).
+        """
         to_delete: list[dict[str, Any]] = []
         to_return: list[dict[str, Any]] = []
         owned: list[tuple[dict[str, Any], RolloutFuture, ObjectCreated]] = []
-        for message in messages:
-            try:
-                event = parse_object_created(message["Body"])
-                session_id = event.result_key.session_id
-            except (NotAnObjectCreatedEventError, InvalidIdError) as exc:
-                logger.warning("completion poller: dropping a message that is not a result event: %s", exc)
-                to_delete.append(message)
-                continue
-            with self._cond:
+        with self._cond:
+            self._listening -= listened
+            self._cond.notify_all()
+            if self._closed:
+                to_return = messages
+                messages = []
+            for message in messages:
+                try:
+                    event = parse_object_created(message["Body"])
+                    session_id = event.result_key.session_id
+                except (NotAnObjectCreatedEventError, InvalidIdError) as exc:
+                    logger.warning("completion poller: dropping a message that is not a result event: %s", exc)
+                    to_delete.append(message)
+                    continue
                 future = self._pending.get(session_id)
-                finished = session_id in self._finished
-            if future is not None:
-                owned.append((message, future, event))
-            elif finished:
-                to_delete.append(message)
-            else:
-                to_return.append(message)
-        if self._closed:
-            to_return.extend(message for message, _, _ in owned)
-            owned = []
-        load_failed = False
-        for entry, loaded in zip(owned, self._fetchers.map(self._settle, owned), strict=True):
-            (to_delete if loaded else to_return).append(entry[0])
-            load_failed = load_failed or not loaded
-        self._delete(to_delete)
-        self._hand_back(to_return)
+                if future is not None and session_id not in self._claimed:
+                    owned.append((message, future, event))
+                    self._claimed.add(session_id)
+                elif future is not None or session_id in self._finished:
+                    to_delete.append(message)  # a duplicate of an event in hand, or of one already handled
+                else:
+                    to_return.append(message)
+            self._handling += 1
+        try:
+            load_failed = False
+            for entry, loaded in zip(owned, self._settle_all(owned), strict=True):
+                (to_delete if loaded else to_return).append(entry[0])
+                load_failed = load_failed or not loaded
+            self._delete(to_delete)
+            self._hand_back(to_return)
+        finally:
+            with self._cond:
+                self._claimed.difference_update(future.session_id for _, future, _ in owned)
+                self._handling -= 1
+                self._cond.notify_all()
         return Handled(owned=len(owned), load_failed=load_failed)
+
+    def _settle_all(self, owned: list[tuple[dict[str, Any], RolloutFuture, ObjectCreated]]) -> list[bool]:
+        """Settle ``owned`` in the fetch pool (``False`` for each when a close outwaited this batch)."""
+        try:
+            return list(self._fetchers.map(self._settle, owned))
+        except RuntimeError:
+            if not self._closed:
+                raise
+            return [False] * len(owned)  # close stopped waiting for this batch and shut the fetch pool down
 
     def _settle(self, item: tuple[dict[str, Any], RolloutFuture, ObjectCreated]) -> bool:
         """Load and resolve one owned event's result; ``False`` when it could not be read (the event is retried)."""
