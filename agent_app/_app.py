@@ -219,10 +219,10 @@ class AgentCoreRLApp(BedrockAgentCoreApp):
             await asyncio.to_thread(self._result_writer)
         rollout.started_at = time.time()
         output: Any = None
-        error: Exception | None = None
+        error: BaseException | None = None
         try:
             output = await self._invoke_handler(handler, context, self._takes_context(handler), rollout.payload)
-        except Exception as exc:
+        except BaseException as exc:  # as ART: a handler's CancelledError or SystemExit is its failure too
             error = exc
         finished_at = time.time()
         if not rollout.claim():

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
-
-from pydantic import ValidationError
-from pydantic_core import PydanticSerializationError
 
 from rollout_contract.keys import ResultKey
 from rollout_contract.messages import RolloutSpec, processing_response
@@ -95,28 +92,25 @@ class Rollout:
             finished_at=finished_at,
         )
 
-    def handler_result(self, output: Any, error: Exception | None, finished_at: float) -> bytes:
-        """Encode the result of a handler that returned ``output`` or raised ``error``."""
+    def handler_result(self, output: Any, error: BaseException | None, finished_at: float) -> bytes:
+        """Encode the result of a handler that returned ``output`` or raised ``error``, as ART saves it.
+
+        A return value that is not a dict, or that JSON cannot hold, fails the rollout as in ART (the
+        ``stop_reason`` is the error's message); anything else is stored as returned.
+        """
         timings = self.timings(finished_at)
+        if error is None and not isinstance(output, dict):
+            error = ValueError(f"Return value must be a dict when S3 save is configured, got {type(output).__name__}")
         if error is not None:
             return self._terminal(Status.AGENT_ERROR, timings, error=ErrorInfo.from_exception(error))
-        if not isinstance(output, Mapping):
-            message = (
-                f"the rollout handler returned {type(output).__name__}; it must return a dict "
-                "such as {'rewards': 1.0, ...}"
-            )
-            return self._terminal(Status.AGENT_ERROR, timings, error=ErrorInfo(type="TypeError", message=message))
         key, s3_bucket = self.target
+        result = RolloutResult.from_handler_output(
+            output, key=key, s3_bucket=s3_bucket, payload=self.stored_payload, timings=timings
+        )
         try:
-            result = RolloutResult.from_handler_output(
-                output, key=key, s3_bucket=s3_bucket, payload=self.stored_payload, timings=timings
-            )
             return result.to_json_bytes()
-        except (ValidationError, PydanticSerializationError) as exc:
-            message = f"the rollout handler's dict cannot be stored as a result: {exc}"
-            return self._terminal(
-                Status.AGENT_ERROR, timings, error=ErrorInfo(type=type(exc).__name__, message=message)
-            )
+        except (TypeError, ValueError) as exc:
+            return self._terminal(Status.AGENT_ERROR, timings, error=ErrorInfo.from_exception(exc))
 
     def cancelled_result(self, now: float | None = None) -> bytes:
         """Encode the result of a rollout the process stopped before its handler finished."""

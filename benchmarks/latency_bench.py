@@ -290,7 +290,7 @@ class Direct:
         poll_like_art(self._s3, self._descriptor.results_bucket, key, self._stop)
         stored = self._s3.get_object(Bucket=self._descriptor.results_bucket, Key=key)["Body"].read()
         sample.resolved = time.time()
-        sample.result = RolloutResult.model_validate_json(stored)
+        sample.result = RolloutResult.from_json_bytes(stored)
         self._wait_for_slot()
         try:
             self._acr.stop_runtime_session(**target, runtimeSessionId=session_id)

@@ -2,7 +2,8 @@
 
 - ``ids``: experiment, input and session id rules (:func:`validate_session_id`, ...).
 - ``keys``: the result key layout ``{exp_id}/{input_id}/{session_id}.json`` and its parser.
-- ``results``: :class:`RolloutResult`, :class:`Status`, :class:`ErrorInfo`, :class:`Timings`, redaction.
+- ``results``: :class:`RolloutResult` (the stored document as a dict, ART's or ours, with typed views),
+  :class:`Status`, :func:`derive_outcome` (ART's fields -> status), :class:`ErrorInfo`, :class:`Timings`, redaction.
 - ``messages``: the ``_rollout`` block (:class:`RolloutSpec`) and dispatch-queue messages.
 - ``events``: S3 "Object Created" EventBridge events, AWS's and moto's shapes.
 - ``protocol``: AgentCore Runtime headers, ping states, error codes, quotas.
@@ -40,13 +41,17 @@ from rollout_contract.messages import (
 )
 from rollout_contract.resources import ExperimentDescriptor, ExperimentResources, HandlerSettings
 from rollout_contract.results import (
+    META_FIELD,
     REDACTED,
     ROLLOUT_FIELD,
     STATUS_CODES,
     ErrorInfo,
+    InvalidResultError,
     RolloutResult,
     Status,
     Timings,
+    derive_outcome,
+    read_reward,
     redact_payload,
 )
 
@@ -58,6 +63,8 @@ __all__ = [
     "ExperimentResources",
     "HandlerSettings",
     "InvalidIdError",
+    "InvalidResultError",
+    "META_FIELD",
     "MissingRolloutFieldsError",
     "NotAnObjectCreatedEventError",
     "ObjectCreated",
@@ -69,6 +76,7 @@ __all__ = [
     "STATUS_CODES",
     "Status",
     "Timings",
+    "derive_outcome",
     "experiment_prefix",
     "is_result_key",
     "new_session_id",
@@ -76,6 +84,7 @@ __all__ = [
     "parse_object_created",
     "parse_result_key",
     "payload_ref_key",
+    "read_reward",
     "redact_payload",
     "result_key",
     "validate_exp_id",

@@ -73,12 +73,20 @@ class BatchItem:
         return cls(error is None, result, error, index, future.elapsed(), future.session_id, future.input_id)
 
     def to_record(self) -> dict[str, Any]:
-        """A JSON-ready line for a results file: the result (with token traces), or the ids and the error."""
-        record: dict[str, Any] = {"index": self.index, "success": self.success, "elapsed_s": round(self.elapsed, 3)}
+        """A JSON-ready line for a results file: the ids, the outcome, the stored document and its token traces."""
+        record: dict[str, Any] = {
+            "index": self.index,
+            "success": self.success,
+            "elapsed_s": round(self.elapsed, 3),
+            "session_id": self.session_id,
+            "input_id": self.input_id,
+        }
         if self.result is not None:
-            record.update(self.result.model_dump(mode="json", exclude_none=True))
-        else:
-            record.update(session_id=self.session_id, input_id=self.input_id, error=str(self.error))
+            record.update(status=self.result.status.value, reward=self.result.reward, result=dict(self.result))
+            if self.result.token_traces is not None:
+                record["token_traces"] = [trace.model_dump(mode="json") for trace in self.result.token_traces]
+        if self.error is not None:
+            record["error"] = str(self.error)
         return record
 
 

@@ -303,7 +303,7 @@ def _results(args: argparse.Namespace) -> int:
         out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
         try:
             for result in client.results(args.status):
-                out.write(result.model_dump_json(exclude_none=True) + "\n")
+                out.write(json.dumps(result) + "\n")
         finally:
             if args.output:
                 out.close()

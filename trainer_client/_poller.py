@@ -29,9 +29,14 @@ from typing import Any, NamedTuple
 
 from botocore.exceptions import BotoCoreError
 from botocore.exceptions import ClientError as BotoClientError
-from pydantic import ValidationError
 
-from rollout_contract import InvalidIdError, NotAnObjectCreatedEventError, ObjectCreated, parse_object_created
+from rollout_contract import (
+    InvalidIdError,
+    InvalidResultError,
+    NotAnObjectCreatedEventError,
+    ObjectCreated,
+    parse_object_created,
+)
 from trainer_client._config import PollSettings
 from trainer_client._exceptions import ClientClosedError, DuplicateSessionError, RolloutError, StoreUnavailableError
 from trainer_client._future import RolloutFuture
@@ -370,7 +375,7 @@ class CompletionPoller:
         except _AWS_ERRORS as exc:
             logger.debug("completion poller: could not read %s (%s); the event will be retried", event.key, exc)
             return False
-        except ValidationError as exc:
+        except InvalidResultError as exc:
             self.fail(future, RolloutError(f"result object {event.key} is not a valid rollout result: {exc}"))
             return True
         self.resolve(future, result)

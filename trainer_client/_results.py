@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -45,47 +44,14 @@ class TokenTrace(BaseModel):
 class ClientResult(RolloutResult):
     """A rollout's terminal result as the trainer sees it.
 
-    The stored :class:`rollout_contract.RolloutResult` plus ``token_traces``: the token ids and logprobs the
-    gateway recorded for the session (``None`` when the client has no gateway, ``[]`` when it recorded
-    no call).
-
-    It also reads like ART's result dict: ``result["rewards"]``, ``result.get("stop_reason")``, ``"error" in
-    result``, ``result.keys()`` and ``dict(result)`` give the stored JSON document (fields that are ``None``
-    are absent, enums are their strings, nested models are dicts), while the attributes stay typed.
+    A ``dict`` holding the stored JSON document, as ART's results are (``result["rewards"]``,
+    ``json.dumps(result)``, ``result == {...}``), with the typed views of
+    :class:`rollout_contract.RolloutResult` (``status``, ``reward``, ``error``, ``timings``, ...) and
+    ``token_traces``: the token ids and logprobs the gateway recorded for the session (``None`` when the
+    client has no gateway, ``[]`` when it recorded no call), an attribute, not a key of the document.
     """
 
     token_traces: list[TokenTrace] | None = None
-
-    def __getitem__(self, key: str) -> Any:
-        extra = self.model_extra or {}
-        if key in extra:
-            return extra[key]
-        if key in type(self).model_fields and getattr(self, key) is not None:
-            return self.model_dump(mode="json", include={key})[key]
-        raise KeyError(key)
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and key in self.keys()
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """``self[key]``, or ``default`` when the document has no ``key``."""
-        try:
-            return self[key]
-        except KeyError:
-            return default
-
-    def keys(self) -> list[str]:
-        """The document's keys: set fields first, then what the handler returned beyond them."""
-        fields = [name for name in type(self).model_fields if getattr(self, name) is not None]
-        return fields + list(self.model_extra or {})
-
-    def values(self) -> list[Any]:
-        """The document's values, in :meth:`keys` order."""
-        return [self[key] for key in self.keys()]
-
-    def items(self) -> Iterator[tuple[str, Any]]:
-        """``(key, value)`` pairs of the document, in :meth:`keys` order."""
-        return ((key, self[key]) for key in self.keys())
 
     def raise_for_status(self) -> ClientResult:
         """Return ``self`` if the rollout succeeded, else raise the error of its status.

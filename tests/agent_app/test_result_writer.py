@@ -8,7 +8,7 @@ import pytest
 from agent_app_support import BUCKET, FlakyS3, invoke, new_session, read_result, rollout_block, wait_until_healthy
 
 from agent_app._results import Backoff, ResultWriteError, ResultWriter
-from rollout_contract.results import Status
+from rollout_contract.results import RolloutResult, Status
 
 NO_WAIT = Backoff(attempts=3, base_delay_s=0.0)
 
@@ -25,7 +25,7 @@ def test_transient_s3_error_is_retried_until_the_result_is_stored(make_client, s
 
     # THEN the third attempt stores the result
     assert flaky.calls == 3
-    assert read_result(s3, session_id)["status"] == Status.SUCCEEDED
+    assert RolloutResult(read_result(s3, session_id)).status is Status.SUCCEEDED
 
 
 def test_writer_reports_losing_to_an_earlier_writer(s3):

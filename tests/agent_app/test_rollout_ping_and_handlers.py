@@ -22,7 +22,7 @@ from agent_app_support import (
 )
 
 from rollout_contract.protocol import PingStatus
-from rollout_contract.results import Status
+from rollout_contract.results import RolloutResult, Status
 
 
 def test_ping_is_busy_while_handler_runs_and_while_result_is_written_then_healthy(make_client, s3):
@@ -55,7 +55,7 @@ def test_ping_is_busy_while_handler_runs_and_while_result_is_written_then_health
     assert handler_returned.is_set() and write_pending == []
     assert during_write["status"] == PingStatus.HEALTHY_BUSY
     assert after["status"] == PingStatus.HEALTHY
-    assert read_result(s3, session_id)["status"] == Status.SUCCEEDED
+    assert RolloutResult(read_result(s3, session_id)).status is Status.SUCCEEDED
 
 
 def test_time_of_last_update_moves_only_on_status_transitions(make_client):

@@ -42,7 +42,7 @@ def test_lifespan_exit_ends_a_running_rollout_as_cancelled(s3):
     time.sleep(0.2)
 
     # THEN the stored result is cancelled (the late handler did not replace it), with the payload redacted
-    result = RolloutResult.model_validate(read_result(s3, session_id))
+    result = RolloutResult(read_result(s3, session_id))
     assert result.status is Status.CANCELLED
     assert result.status_code == 499
     assert "shutting down" in result.stop_reason
@@ -62,7 +62,7 @@ def test_lifespan_exit_lets_a_pending_write_finish(s3):
 
     # WHEN the server shuts down during the write
     # THEN shutdown waits for it, and the handler's result is what is stored
-    assert read_result(s3, session_id)["status"] == Status.SUCCEEDED
+    assert RolloutResult(read_result(s3, session_id)).status is Status.SUCCEEDED
 
 
 @pytest.fixture

@@ -69,6 +69,35 @@ def test_result_event_stops_the_session_marks_it_finished_and_frees_the_slot(
     assert measures["StartDelay"] == pytest.approx([1.0])
 
 
+@pytest.mark.parametrize(
+    ("handler_fields", "status"),
+    [
+        ({"rewards": [0.0, 1.0], "status": "mine"}, "succeeded"),
+        ({"status_code": 500, "stop_reason": "boom", "traceback": "Traceback ...\nValueError: boom\n"}, "agent_error"),
+    ],
+)
+def test_an_unmodified_art_agents_result_is_finished_with_the_status_of_its_fields(
+    env: Env, handler_fields: dict[str, Any], status: str
+) -> None:
+    # GIVEN a running rollout whose agent is ART 0.2.0's: it stores the handler's dict plus ART's metadata,
+    # no status and none of our fields (json.dumps(..., indent=2), as ART's save_result writes it)
+    request = env.start_request()
+    dispatch(request, receive_count=1, rt=env.rt)
+    document = {"stop_reason": "end_turn", "status_code": 200, **handler_fields}
+    document.update(input_id=request.input_id, s3_bucket=BUCKET, result_key=str(request.key), payload=request.payload)
+    env.rt.clients.s3.put_object(Bucket=BUCKET, Key=str(request.key), Body=json.dumps(document, indent=2))
+
+    # WHEN the finisher handles its event
+    response = finisher.handler(sqs_event(env.receive(env.finisher_queue_url)), None)
+
+    # THEN the rollout is finished with the status ART's fields say, its session stopped and its slot free
+    assert response == {"batchItemFailures": []}
+    record = env.rt.ledger.get(request.session_id)
+    assert (record.state, record.status, record.inflight) == (SessionState.FINISHED, status, False)
+    assert [c.session_id for c in env.acr.calls_of(STOP)] == [request.session_id]
+    assert env.rt.ledger.slots_held() == (0, 0)
+
+
 def test_duplicate_events_change_nothing(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
     # GIVEN a finished rollout whose event the finisher already handled
     request = env.start_request()

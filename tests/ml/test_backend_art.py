@@ -14,7 +14,7 @@ from agentcore_rl_toolkit.rollout_session.errors import RolloutContractError  # 
 from agentcore_rl_toolkit.rollout_session.factory import make_session, resolve_backend  # noqa: E402
 from agentcore_rl_toolkit.rollout_session.lifecycle import RolloutSession  # noqa: E402
 
-from rollout_contract import ErrorInfo, ResultKey, Status  # noqa: E402
+from rollout_contract import ErrorInfo, ResultKey, Status, Timings  # noqa: E402
 from trainer_client import ClientResult  # noqa: E402
 from trainer_client.backends import art  # noqa: E402
 
@@ -23,8 +23,7 @@ KEY = ResultKey("exp", "group-1", "s" * 36)
 
 
 def _succeeded(**fields: object) -> ClientResult:
-    base = ClientResult.terminal(Status.SUCCEEDED, key=KEY, s3_bucket="b").model_dump()
-    return ClientResult.model_validate({**base, **fields})
+    return ClientResult.from_handler_output(fields, key=KEY, s3_bucket="b", payload=None, timings=Timings())
 
 
 def test_arts_factory_resolves_our_dotted_path_to_a_rollout_session_class():

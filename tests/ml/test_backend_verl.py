@@ -69,7 +69,6 @@ def result(status: Status = Status.SUCCEEDED, traces: list[dict[str, Any]] | Non
         )
     else:
         stored = ClientResult.terminal(status, key=key, s3_bucket="b", error=ErrorInfo(type="E", message="boom"))
-    stored = ClientResult.model_validate(stored.model_dump())
     messages = [{"role": "user", "content": "q"}]
     stored.token_traces = [
         TokenTrace(trace_id=str(i), session_id=key.session_id, messages=messages * (i + 1), **trace)

@@ -31,7 +31,7 @@ from rllm.workflows.workflow import TerminationReason  # noqa: E402
 from rllm_engine import run_one  # noqa: E402
 
 from local_stack.stack import LocalStack, StackSettings  # noqa: E402
-from rollout_contract import RolloutResult, Status  # noqa: E402
+from rollout_contract import META_FIELD, RolloutResult, Status  # noqa: E402
 from trainer_client import PollSettings, RolloutClient  # noqa: E402
 from trainer_client.backends import rllm as backend_rllm  # noqa: E402
 from trainer_client.backends._shared import close_shared_clients  # noqa: E402
@@ -189,7 +189,7 @@ async def test_arts_make_session_runs_its_loops_task_shapes_for_every_status(sta
     # AND every failure is a dump ART's loops score 0, naming the status
     for dump, status in ((error, "agent_error"), (timeout, "timed_out"), (refused, "dispatch_failed")):
         assert not dump.is_successful() and dump.reward is None
-        assert f"ended {status}" in dump.failure_reason() and dump.task_output["status"] == status
+        assert f"ended {status}" in dump.failure_reason() and dump.task_output[META_FIELD]["status"] == status
     assert "scripted failure" in error.exception
     # AND a rollout ART's loop gave up on is cancelled by the session's shutdown
     cancelled_sid, cancelled_state, cancelled_dump = cancelled

@@ -23,7 +23,7 @@ from rllm.workflows.workflow import TerminationReason  # noqa: E402
 from rllm_engine import run_one  # noqa: E402
 from trainer_support import FAST_POLL, RUNTIME_ARN, Backend  # noqa: E402
 
-from rollout_contract import STATUS_CODES, CancelRequest, DispatchRequest, ErrorInfo, ResultKey, Status  # noqa: E402
+from rollout_contract import STATUS_CODES, CancelRequest, DispatchRequest, ErrorInfo, ResultKey, Status, Timings  # noqa: E402
 from trainer_client import ClientResult, RolloutClient  # noqa: E402
 from trainer_client.backends import rllm as backend_rllm  # noqa: E402
 
@@ -131,12 +131,8 @@ def test_agent_error_carries_its_traceback_where_rllm_reads_it():
 )
 def test_a_succeeded_agent_may_name_rllms_termination_reason(agent_says, reason):
     key = ResultKey(EXP, "g", "s" * 36)
-    result = ClientResult.model_validate(
-        {
-            **ClientResult.terminal(Status.SUCCEEDED, key=key, s3_bucket="b").model_dump(),
-            "termination_reason": agent_says,
-        }
-    )
+    output = {"termination_reason": agent_says}
+    result = ClientResult.from_handler_output(output, key=key, s3_bucket="b", payload=None, timings=Timings())
     sub = TaskSubmission(task={}, session_id=key.session_id, task_id="g", inference_url="u")
     assert backend_rllm.to_task_result(sub, result, 1.0).termination_reason is reason
 

@@ -7,11 +7,12 @@ import json
 import boto3
 import pytest
 from botocore.exceptions import ClientError as BotoClientError
+from trainer_support import BUCKET, Backend
 
-from rollout_contract import InvalidIdError, Status
+from rollout_contract import DispatchRequest, InvalidIdError, RolloutResult, Status
 from rollout_contract.ids import EXP_ID_MAX_LENGTH
 from rollout_contract.messages import SQS_MAX_INLINE_PAYLOAD_BYTES
-from trainer_client import AwsError, RolloutClient, RolloutClientError, RolloutError, SubmitError
+from trainer_client import AgentError, AwsError, RolloutClient, RolloutClientError, RolloutError, SubmitError
 
 
 def _queued(backend) -> list:
@@ -124,15 +125,49 @@ def test_results_read_like_arts_dicts_and_keep_typed_attributes(client, backend)
     backend.serve_in_thread(1)
     (item,) = list(client.run_batch([{"reward": 0.75}], 1))
 
-    # THEN subscripting gives the stored document, JSON-shaped, and the attributes stay typed
-    assert result["rewards"] == [0.25] and result.rewards == [0.25]
+    # THEN the result is the stored document, a real dict as in ART, and the attributes stay typed
+    stored = json.loads(boto3.client("s3").get_object(Bucket=client.s3_bucket, Key=future.result_key)["Body"].read())
+    assert isinstance(result, dict) and result == stored and json.loads(json.dumps(result)) == stored
+    assert list(result) == list(stored) and dict(result.items()) == stored
+    assert result["rewards"] == [0.25] and result.rewards == [0.25] and result.reward == 0.25
     assert result["status_code"] == 200 and result["stop_reason"] == "end_turn" and result["answer"] == "42"
-    assert result["status"] == "succeeded" and result.status is Status.SUCCEEDED
-    assert result["input_id"] == "q1" and isinstance(result["timings"], dict)
+    assert "status" not in result and result.status is Status.SUCCEEDED
+    assert result["input_id"] == "q1" and result.timings.finished_at is not None
     assert "error" not in result and result.get("error") is None and result.get("missing", 3) == 3
-    with pytest.raises(KeyError):
-        result["traceback"]
-    document = dict(result)
-    assert document == json.loads(json.dumps(document)) and document["payload"]["reward"] == 0.25
-    assert failed.result(timeout=5)["error"]["message"] == "boom" and failed.result(5)["status_code"] == 500
+    assert result["payload"]["reward"] == 0.25
+    error = failed.result(timeout=5)
+    assert error["status_code"] == 500 and error["stop_reason"] == "boom" and error.error.message == "boom"
     assert item.result is not None and item.result["rewards"] == [0.75]
+
+
+def _art_agent(request: DispatchRequest) -> RolloutResult:
+    """ART 0.2.0's agent: the handler's dict plus ART's metadata (no status, none of our fields)."""
+    metadata = {"input_id": request.input_id, "s3_bucket": BUCKET, "result_key": str(request.key), "payload": {}}
+    if (request.payload or {}).get("fail"):
+        trace = "Traceback (most recent call last):\n  File \"agent.py\", line 9\nKeyError: 'answer'\n"
+        return RolloutResult({"status_code": 500, "stop_reason": "'answer'", "traceback": trace, **metadata})
+    return RolloutResult(
+        {"rewards": [0.5], "status": "mine", "status_code": 200, "stop_reason": "end_turn", **metadata}
+    )
+
+
+def test_an_unmodified_art_agents_results_reach_futures_and_batches(descriptor, client):
+    # GIVEN an agent that stores results as ART 0.2.0 does
+    backend = Backend(descriptor, outcome=_art_agent)
+
+    # WHEN a future and a batch run against it
+    future = client.invoke({"fail": False}, input_id="q1")
+    backend.serve(1)
+    result = future.result(timeout=5)
+    backend.serve_in_thread(2)
+    items = sorted(client.run_batch([{"fail": False}, {"fail": True}], 2), key=lambda item: item.index)
+
+    # THEN ART's fields decide each status, and the handler's own "status" key is left as it stored it
+    assert result.status is Status.SUCCEEDED and result.reward == 0.5 and result["status"] == "mine"
+    assert [item.success for item in items] == [True, False]
+    failed = items[1].result
+    assert failed is not None and failed.status is Status.AGENT_ERROR
+    assert (failed.error.type, failed.error.message) == ("KeyError", "'answer'")
+    with pytest.raises(AgentError, match="'answer'"):
+        failed.raise_for_status()
+    assert client.pending_count == 0

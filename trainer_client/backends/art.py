@@ -121,7 +121,7 @@ class AgentCoreEventsSession(RolloutSession):
 def to_dump(result: ClientResult) -> RolloutDumpResponse:
     """ART's dump of one terminal result (see the module docstring)."""
     reward = _reward(result) if result.ok else None
-    output = {**result.model_dump(mode="json", exclude={"token_traces"}), "reward": reward}
+    output = {**result, "reward": reward}
     exception = None
     if not result.ok:
         detail = result.error.message if result.error else result.stop_reason
@@ -140,6 +140,8 @@ def to_dump(result: ClientResult) -> RolloutDumpResponse:
 def _reward(result: ClientResult) -> float | None:
     """``rewards`` (ART's agent convention, last element of a list), else the agent's scalar ``reward`` field."""
     if result.rewards is not None:
+        if result.reward is None:
+            raise RolloutContractError(f"the agent's rewards cannot be read: {result.field_errors['rewards']}")
         return result.reward
     value = result.user_fields.get("reward")
     if value is None:

@@ -200,9 +200,7 @@ class AgentCoreEventsRuntime:
 
 def to_task_result(sub: TaskSubmission, result: ClientResult, elapsed: float) -> RemoteTaskResult:
     """rLLM's view of one terminal result (see the module docstring for the mapping)."""
-    raw = result.model_dump(mode="json", exclude={"token_traces"})
-    if result.error is not None and result.error.traceback:
-        raw["traceback"] = result.error.traceback  # where rLLM's engine (and ART) put it
+    raw = dict(result)  # the stored document: a failure's traceback is at its top level, where rLLM's engine reads it
     metadata = {"rollout_status": result.status.value, "rollout_result_key": result.result_key}
     if result.ok:
         return RemoteTaskResult(
