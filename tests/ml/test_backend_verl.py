@@ -1,7 +1,11 @@
-"""The verl agent loop against verl 0.9.1's real types and its own post-processing (no Ray, no GPU)."""
+"""The verl agent loop against verl 0.9.1's real types, its composed default config and its own post-processing.
+
+No Ray, no GPU: verl's V1 worker and trainer code run on :class:`verl_support.MemoryTransferQueue`.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 import uuid
@@ -16,16 +20,22 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 with warnings.catch_warnings():  # verl and Ray warn at import about their own dependencies
     warnings.simplefilter("ignore")
+    import numpy as np
     import torch
+    import verl.trainer.ppo.v1.agent_loop_tq as agent_loop_tq
+    import verl.trainer.ppo.v1.trainer_base as trainer_base
     from hydra.errors import InstantiationException
+    from omegaconf import OmegaConf
     from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
+    from verl.utils import tensordict_utils as tu
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
     from verl_support import (
         LOOP_ENTRY,
-        PROMPT_LENGTH,
-        RESPONSE_LENGTH,
+        VERL_COMMAND,
+        MemoryTransferQueue,
         build_loop,
         legacy_worker,
+        model_dir,
         tokenizer,
         trainer_config,
     )
@@ -44,6 +54,7 @@ from trainer_client._future import RolloutFuture
 from trainer_client.backends import _shared
 
 EXP = "verl-unit"
+PROMPT_LENGTH = RESPONSE_LENGTH = 512  # verl's defaults (actor_rollout_ref.rollout.prompt_length / response_length)
 ROW = {
     "raw_prompt": [{"role": "user", "content": "what is 2 + 2 ?"}],
     "uid": "prompt-7",
@@ -86,6 +97,7 @@ def outputs(res: ClientResult, policy=FailurePolicy.ZERO_REWARD) -> list[AgentLo
     return to_outputs(
         outcome(res),
         policy=policy,
+        global_steps=3,
         prompt_ids=lambda: [3, 6, 7],
         pad_token_id=0,
         max_prompt_length=PROMPT_LENGTH,
@@ -130,7 +142,7 @@ def test_verl_v1_stores_a_rollouts_rows_as_one_tensordict():
 
 async def test_verl_legacy_worker_pads_and_batches_our_outputs_with_placeholders():
     # GIVEN a succeeded output and the placeholder of a failure without traces
-    tok, config = tokenizer(), trainer_config(use_v1=False)
+    tok, config = tokenizer(), trainer_config("trainer.use_v1=false")
     worker = legacy_worker(config, tok)
     ours = outputs(result(traces=TRACES[:2])) + outputs(result(Status.DISPATCH_FAILED))
     # WHEN verl's own post-processing pads them and builds the batch
@@ -185,9 +197,9 @@ class _FakeClient:
 
 @pytest.fixture
 def fake_client():
-    def install(res: ClientResult) -> _FakeClient:
+    def install(res: ClientResult, experiment: str = EXP) -> _FakeClient:
         client = _FakeClient(res)
-        _shared.shared_client(EXP, factory=lambda *args, **kwargs: client)
+        _shared.shared_client(experiment, factory=lambda *args, **kwargs: client)
         return client
 
     yield install
@@ -199,7 +211,7 @@ async def test_the_loop_verl_instantiates_runs_one_rollout_in_the_rows_group(fak
     # GIVEN the YAML entry a user registers, instantiated as verl does
     client = fake_client(result(traces=TRACES))
     entry = {**LOOP_ENTRY, "experiment": EXP, "rollout_timeout_s": 90}
-    loop = build_loop(entry, trainer_config(use_v1=use_v1), tokenizer())
+    loop = build_loop(entry, trainer_config(f"trainer.use_v1={use_v1}"), tokenizer())
     assert isinstance(loop, AgentCoreAgentLoop)
     # WHEN verl runs it on a dataset row
     out = await loop.run({"temperature": 1.0, "top_p": 1.0, "logprobs": True}, **ROW)
@@ -226,7 +238,7 @@ def test_drop_is_refused_with_the_legacy_trainer_which_needs_an_output_per_sampl
     fake_client(result())
     entry = {**LOOP_ENTRY, "experiment": EXP, "failure_policy": "drop"}
     with pytest.raises(InstantiationException, match="trainer.use_v1=true"):  # hydra wraps the ValueError
-        build_loop(entry, trainer_config(use_v1=False), tokenizer())
+        build_loop(entry, trainer_config("trainer.use_v1=false"), tokenizer())
 
 
 async def test_a_placeholder_prompt_comes_from_the_chat_template(fake_client):
@@ -237,3 +249,88 @@ async def test_a_placeholder_prompt_comes_from_the_chat_template(fake_client):
     expected = tok.apply_chat_template(ROW["raw_prompt"], add_generation_prompt=True, tokenize=True, return_dict=False)
     assert out.prompt_ids == list(expected)
     assert (out.response_ids, out.response_mask, out.reward_score) == ([tok.pad_token_id], [0], 0.0)
+
+
+GSM8K_ROWS = [
+    {"raw_prompt": [{"role": "user", "content": "what is 2 + 2 ?"}], "reward_model": {"ground_truth": "4"}},
+    {"raw_prompt": [{"role": "user", "content": "what is 2 ?"}], "reward_model": {"ground_truth": "2"}},
+]
+
+
+def _train_batch(step: int) -> Any:
+    """What verl's V1 trainer hands its agent loop workers at ``step``: the dataloader's columns, a uid per
+    prompt (``_fetch_one_gen_batch``) and ``global_steps`` (``_next_train_batch``)."""
+    columns = {
+        "raw_prompt": np.array([row["raw_prompt"] for row in GSM8K_ROWS], dtype=object),
+        "reward_model": np.array([row["reward_model"] for row in GSM8K_ROWS], dtype=object),
+        "data_source": np.array(["openai/gsm8k"] * len(GSM8K_ROWS), dtype=object),
+        "index": np.arange(len(GSM8K_ROWS)),
+        "uid": np.array([f"step{step}-prompt{i}" for i in range(len(GSM8K_ROWS))], dtype=object),
+    }
+    batch = tu.get_tensordict(columns)
+    tu.assign_non_tensor_data(batch, "global_steps", step)
+    return batch
+
+
+async def test_verls_default_v1_trainer_runs_two_steps_of_our_outputs_through_its_worker_and_metrics(
+    fake_client, tmp_path, monkeypatch
+):
+    # GIVEN verl's ppo_trainer composed with the README's overrides (V1 is its default) in a GRPO job of two
+    # samples per prompt, the README's agent loop YAML registered by verl's own V1 worker, and every rollout
+    # answering with three traces (two rows)
+    job = ("algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=2")
+    config = trainer_config(*job, model_dir=model_dir(tmp_path))
+    assert config.trainer.use_v1 and config.actor_rollout_ref.rollout.agent.default_agent_loop == "agentcore"
+    experiment = OmegaConf.load(VERL_COMMAND.parent / "verl_agent_loop.yaml")[0].experiment
+    client = fake_client(result(traces=TRACES, reward=0.5), experiment=experiment)
+    store = MemoryTransferQueue()
+    monkeypatch.setattr(agent_loop_tq, "tq", store)
+    monkeypatch.setattr(trainer_base, "tq", store)
+    monkeypatch.chdir(VERL_COMMAND.parents[3])  # the README's relative agent_loop_config_path
+    worker = agent_loop_tq.AgentLoopWorkerTQ.__ray_actor_class__(config, None)
+    trainer = _v1_trainer(config)
+    for step in (1, 2):
+        # WHEN verl's worker runs a step's prompts (rollout.n each) and its trainer computes advantages and metrics
+        metrics: dict[str, Any] = {}
+        timing: dict[str, float] = {}
+        with trainer_base.marked_timer("step", timing):
+            await worker.generate_sequences(_train_batch(step))
+            await asyncio.gather(*worker.background_tasks)
+            keys = [key for key in store.keys("train") if key.startswith(f"step{step}-")]
+            tags = [store.tags[("train", key)] for key in keys]
+            batch = trainer_base.KVBatchMeta(keys=keys, tags=tags, partition_id="train")
+            _actor_log_probs(store, keys)
+            batch = trainer_base.PPOTrainer._compute_advantage(trainer, batch, metrics)
+        trainer_base.PPOTrainer._compute_metrics(trainer, batch, metrics, timing, global_steps=step, epoch=0)
+        # THEN every output of the step (2 prompts x n=2 x 2 rows) carries the step as its weight version
+        assert len(keys) == 8
+        assert {(tag["min_global_steps"], tag["max_global_steps"]) for tag in batch.tags} == {(step, step)}
+        assert metrics["training/off_policy/trajectory_spans/max"] == 1
+        assert metrics["training/off_policy/trajectory_staleness/max"] == -1  # generated by this step's weights
+        assert metrics["critic/score/mean"] == pytest.approx(0.5)
+    # AND verl's default sampling parameters reached the rollouts unchanged
+    sampling = [overrides["sampling_params"] for *_, overrides in client.calls]
+    assert sampling[0] == {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
+    assert len(sampling) == 8 and all(params == sampling[0] for params in sampling)
+    assert client.calls[0][0] == {"prompt": "what is 2 + 2 ?", "answer": "4"}  # the README's payload_fn
+
+
+def _v1_trainer(config: Any) -> Any:
+    """The trainer class verl's ``main_ppo`` picks (``trainer.v1.trainer_mode``), with the state its
+    ``_compute_advantage`` and ``_compute_metrics`` read (its constructor starts Ray workers)."""
+    import verl.trainer.ppo.v1.trainer_sync  # noqa: F401  (registers the "sync" trainer, as main_ppo imports it)
+
+    trainer = object.__new__(trainer_base.get_trainer_cls(config.trainer.v1.trainer_mode))
+    trainer.config = config
+    trainer.use_critic = False
+    trainer._rollout_moe_lb_metrics_accumulator = trainer_base.RolloutMoELoadBalanceMetricsAccumulator(
+        model_config=config.actor_rollout_ref.model
+    )
+    trainer._get_n_gpus_for_throughput = lambda: 1
+    return trainer
+
+
+def _actor_log_probs(store: MemoryTransferQueue, keys: list[str]) -> None:
+    """The actor's recomputed log probs (GPU work in verl), taken as the rollout's: an on-policy step."""
+    rows = store.kv_batch_get(keys, "train", ["rollout_log_probs"])["rollout_log_probs"].unbind(0)
+    store.kv_batch_put(keys, "train", fields=list_of_dict_to_tensordict([{"old_log_probs": r} for r in rows]))

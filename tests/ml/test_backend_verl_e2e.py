@@ -32,7 +32,7 @@ from trainer_client import RolloutClient  # noqa: E402
 pytestmark = pytest.mark.e2e
 
 EXP = "verl-e2e"
-PROMPT, RESPONSE = 512, 256
+PROMPT = RESPONSE = 512  # verl's defaults
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
 
 
@@ -54,7 +54,7 @@ def _row(uid: str, index: int, **script) -> dict:
 
 def _loop(timeout_s: float = 20):
     entry = {**LOOP_ENTRY, "experiment": EXP, "rollout_timeout_s": timeout_s}
-    return build_loop(entry, trainer_config(prompt_length=PROMPT, response_length=RESPONSE), tokenizer())
+    return build_loop(entry, trainer_config(), tokenizer())
 
 
 async def test_a_grpo_batch_returns_verls_outputs_for_every_terminal_status(stack: LocalStack, client):
@@ -89,7 +89,7 @@ async def test_a_grpo_batch_returns_verls_outputs_for_every_terminal_status(stac
     outputs = [output for result in results for output in result]
     for output in outputs:
         assert output.as_dict()["rm_scores"][-1].item() == output.reward_score  # V1's conversion
-    worker = legacy_worker(trainer_config(use_v1=False, prompt_length=PROMPT, response_length=RESPONSE), tokenizer())
+    worker = legacy_worker(trainer_config("trainer.use_v1=false"), tokenizer())
     padded = [await worker._agent_loop_postprocess(o, False, raw_prompt=rows[0]["raw_prompt"]) for o in outputs]
     batch = worker._postprocess(padded)
     assert batch.batch["input_ids"].shape == (len(outputs), PROMPT + RESPONSE)

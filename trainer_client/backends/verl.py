@@ -7,7 +7,15 @@ group ``row["uid"]``, awaits its completion event, and returns ``AgentLoopOutput
 gateway's token traces (:mod:`trainer_client.backends.assembly`): prompt ids, response ids, response mask
 (1 sampled, 0 spliced tool/environment tokens), aligned logprobs, the rollout's reward, ``num_turns``.
 A rollout whose calls break the token prefix gives one output per row (a list, as verl's V1 trainer,
-``trainer.use_v1=true``, accepts); with the legacy trainer only the last row is returned.
+``trainer.use_v1=true``, accepts); with the legacy trainer only the last row is returned. Every output's
+``extra_fields`` carries ``min_global_steps`` / ``max_global_steps`` (the weight versions V1's staleness
+metrics read as ints): the row's ``global_steps``, the step that dispatched it, since the model calls go
+through the gateway rather than verl's server manager, which would tag the version that served each turn.
+
+Sampling parameters: verl's dict (``temperature``, ``top_p``, ``top_k``, ``repetition_penalty``,
+``logprobs`` from ``actor_rollout_ref.rollout``, ``val_kwargs`` when validating) is forwarded unchanged as
+``_rollout.sampling_params``; agents pass it to their client with
+:func:`agent_app.openai_sampling_kwargs`.
 
 The agent calls the model through our token gateway; point the gateway's upstream at verl's rollout
 servers. One client per experiment per process (:func:`~trainer_client.backends._shared.shared_client`).
@@ -129,6 +137,7 @@ class AgentCoreAgentLoop(AgentLoopBase):
         outputs = to_outputs(
             outcome,
             policy=self.failure_policy,
+            global_steps=int(kwargs.get("global_steps", 0)),
             prompt_ids=lambda: self._prompt_ids(kwargs["raw_prompt"]),
             pad_token_id=self._pad_token_id(),
             max_prompt_length=self.rollout_config.prompt_length,
@@ -158,6 +167,7 @@ def to_outputs(
     outcome: RolloutOutcome,
     *,
     policy: FailurePolicy,
+    global_steps: int,
     prompt_ids: Callable[[], list[int]],
     pad_token_id: int,
     max_prompt_length: int,
@@ -168,6 +178,7 @@ def to_outputs(
     Args:
         outcome: how the rollout ended.
         policy: what a rollout that did not succeed becomes (``raise`` is the caller's).
+        global_steps: the trainer step that dispatched the rollout (its weight version, both ends).
         prompt_ids: the row's prompt ids, for the placeholder (called only when there are no traces).
         pad_token_id: the placeholder's one masked response token.
         max_prompt_length: verl's ``rollout.prompt_length``.
@@ -208,6 +219,8 @@ def to_outputs(
                     "rollout_error": outcome.error or "",
                     "finish_reason": row.finish_reason or "",
                     "truncated": row.truncated,
+                    "min_global_steps": global_steps,
+                    "max_global_steps": global_steps,
                 },
             )
         )
