@@ -12,7 +12,7 @@ from typing import Any
 
 from openai import AsyncOpenAI
 
-from agent_app import AgentCoreRLApp
+from agent_app import AgentCoreRLApp, openai_sampling_kwargs
 from examples.grpo_local.task import LOOKUP_TOOL, MAX_MODEL_CALLS, LookupReward
 
 app = AgentCoreRLApp()
@@ -28,9 +28,7 @@ async def run_episode(client: AsyncOpenAI, model_id: str, payload: dict[str, Any
     model_calls = 0
     while model_calls < MAX_MODEL_CALLS:
         model_calls += 1
-        response = await client.chat.completions.create(
-            model=model_id, messages=messages, tools=tools, **sampling
-        )
+        response = await client.chat.completions.create(model=model_id, messages=messages, tools=tools, **sampling)
         message = response.choices[0].message
         if not message.tool_calls:
             answer = message.content or ""
@@ -52,8 +50,7 @@ async def run_episode(client: AsyncOpenAI, model_id: str, payload: dict[str, Any
 async def invoke(payload):
     """Run one lookup episode and score it."""
     rollout = payload["_rollout"]
-    params = rollout.get("sampling_params") or {}
-    sampling = {name: params[name] for name in ("temperature", "top_p", "max_tokens") if name in params}
+    sampling = openai_sampling_kwargs(rollout.get("sampling_params"))
     async with AsyncOpenAI(base_url=rollout["base_url"], api_key=rollout.get("api_key") or "EMPTY") as client:
         episode = await run_episode(client, rollout["model_id"], payload, sampling)
     reward = reward_fn(response=episode["answer"], ground_truth=payload["secret"], called_tool=episode["called_tool"])

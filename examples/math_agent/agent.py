@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from strands import Agent, tool
 from strands.models.openai import OpenAIModel
 
+from agent_app import openai_sampling_kwargs
 from examples.math_agent.calculator import CalculatorError, evaluate, format_number
 
 __all__ = ["SYSTEM_PROMPT", "build_agent", "build_model", "calculator", "solve"]
@@ -32,13 +34,18 @@ def calculator(expression: str) -> str:
 
 
 def build_model(
-    *, base_url: str, model_id: str, api_key: str = "EMPTY", sampling_params: dict[str, Any] | None = None
+    *, base_url: str, model_id: str, api_key: str = "EMPTY", sampling_params: Mapping[str, Any] | None = None
 ) -> OpenAIModel:
-    """Return a Strands model for an OpenAI-compatible endpoint (vLLM, SGLang, a token gateway, ...)."""
+    """Return a Strands model for an OpenAI-compatible endpoint (vLLM, SGLang, a token gateway, ...).
+
+    ``sampling_params`` are a trainer's (``_rollout.sampling_params``): OpenAI's go to the client as
+    keywords, server-specific ones (``top_k``, ``repetition_penalty``, ...) in the request body
+    (:func:`agent_app.openai_sampling_kwargs`).
+    """
     return OpenAIModel(
         client_args={"base_url": base_url, "api_key": api_key},
         model_id=model_id,
-        params=dict(sampling_params or {}),
+        params=openai_sampling_kwargs(sampling_params),
     )
 
 

@@ -11,7 +11,7 @@ from agent_app import AgentCoreRLApp, RewardFunction
 
 
 def test_package_exports_only_the_art_names():
-    assert sorted(agent_app.__all__) == ["AgentCoreRLApp", "RewardFunction"]
+    assert sorted(agent_app.__all__) == ["AgentCoreRLApp", "RewardFunction", "openai_sampling_kwargs"]
     assert all(getattr(agent_app, name) is not None for name in agent_app.__all__)
 
 

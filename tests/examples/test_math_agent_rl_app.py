@@ -39,7 +39,42 @@ def s3(monkeypatch, boto_session):
 def test_rollout_uses_the_calculator_and_stores_the_reward(s3, answer_offset, reward):
     # GIVEN a synthetic problem (the ground truth possibly wrong), a scripted model and the RL app
     row = synthetic(1, seed=3)[0]
-    truth = str(int(row["answer"]) + answer_offset)
+    # WHEN the rollout is invoked and runs to its end
+    model, response, stored = _roll_out(s3, row, str(int(row["answer"]) + answer_offset), {"temperature": 0.7})
+    # THEN the model was asked as configured, the calculator's value became the answer, and the reward is stored
+    assert response.json()["result_key"] == f"math-1/p-0/{SESSION}.json"
+    first_call = model.requests[0]
+    assert first_call["body"]["model"] == "policy"
+    assert first_call["body"]["temperature"] == 0.7
+    assert first_call["authorization"] == "Bearer sk-test"
+    assert "calculator" in json.dumps(first_call["body"]["tools"])
+    assert stored.status is Status.SUCCEEDED
+    assert stored.reward == reward
+    assert stored.user_fields["response"].endswith(f"#### {row['answer']}")
+    assert stored.payload["_rollout"]["api_key"] == REDACTED
+
+
+#: What verl 0.9.1 (actor_rollout_ref.rollout defaults) and slime (its argument defaults) hand the rollout.
+FRAMEWORK_DEFAULTS = {
+    "verl": {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True},
+    "slime": {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_tokens": 1024},
+}
+
+
+@pytest.mark.parametrize("framework", sorted(FRAMEWORK_DEFAULTS))
+def test_a_frameworks_server_specific_sampling_parameters_reach_the_server_in_the_request_body(s3, framework):
+    # GIVEN the sampling parameters a framework sends by default, top_k among them (not an OpenAI keyword)
+    row = synthetic(1, seed=3)[0]
+    # WHEN the rollout runs
+    model, _, stored = _roll_out(s3, row, row["answer"], FRAMEWORK_DEFAULTS[framework])
+    # THEN it succeeds, and every parameter reached the server as a field of the request body
+    assert (stored.status, stored.reward) == (Status.SUCCEEDED, 1.0)
+    for call in model.requests:
+        assert FRAMEWORK_DEFAULTS[framework].items() <= call["body"].items()
+
+
+def _roll_out(s3, row: dict, truth: str, sampling_params: dict) -> tuple[FakeModel, object, RolloutResult]:
+    """Invoke the RL app on ``row`` against the scripted model; ``(model, response, stored result)``."""
     payload = {
         "prompt": row["prompt"],
         "answer": truth,
@@ -48,32 +83,19 @@ def test_rollout_uses_the_calculator_and_stores_the_reward(s3, answer_offset, re
             "input_id": "p-0",
             "s3_bucket": BUCKET,
             "model_id": "policy",
-            "sampling_params": {"temperature": 0.7},
+            "sampling_params": sampling_params,
             "api_key": "sk-test",
         },
     }
     with FakeModel() as model:
         payload["_rollout"]["base_url"] = model.base_url
         client = TestClient(_app_writing_to(s3))
-
-        # WHEN the rollout is invoked and runs to its end
         response = client.post("/invocations", content=json.dumps(payload), headers={SESSION_HEADER: SESSION})
         _wait_until_healthy(client)
-
-    # THEN the model was asked as configured, the calculator's value became the answer, and the reward is stored
-    assert response.json()["result_key"] == f"math-1/p-0/{SESSION}.json"
-    first_call = model.requests[0]
-    assert first_call["body"]["model"] == "policy"
-    assert first_call["body"]["temperature"] == 0.7
-    assert first_call["authorization"] == "Bearer sk-test"
-    assert "calculator" in json.dumps(first_call["body"]["tools"])
     stored = RolloutResult.from_json_bytes(
         s3.get_object(Bucket=BUCKET, Key=f"math-1/p-0/{SESSION}.json")["Body"].read()
     )
-    assert stored.status is Status.SUCCEEDED
-    assert stored.reward == reward
-    assert stored.user_fields["response"].endswith(f"#### {row['answer']}")
-    assert stored.payload["_rollout"]["api_key"] == REDACTED
+    return model, response, stored
 
 
 def _app_writing_to(s3_client):
