@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from rollout_contract.ids import InvalidIdError, validate_exp_id
+from rollout_contract.ids import InvalidIdError, validate_experiment
 from rollout_contract.protocol import (
     DEFAULT_ACTIVE_SESSION_QUOTA,
     DEFAULT_IDLE_TIMEOUT_S,
@@ -125,7 +125,7 @@ def experiment_settings(context: Mapping[str, str | None]) -> ExperimentSettings
             "`npx cdk deploy -c experiment=gsm8k-grpo-1 -c image_tag=v1`"
         )
     try:
-        validate_exp_id(exp_id)
+        validate_experiment(exp_id)
     except InvalidIdError as exc:
         raise ContextError(f"-c experiment: {exc}") from exc
     idle = _integer(context, "idle_timeout_s", DEFAULT_IDLE_TIMEOUT_S, LIFECYCLE_MIN_S, LIFECYCLE_MAX_S)

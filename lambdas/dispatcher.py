@@ -43,10 +43,10 @@ from lambdas._batch import ConcurrentBatchProcessor, handle_sqs_batch
 from lambdas.exceptions import AcrCallError, FinalAcrError, NoTokenError, RequeueError, RetryableAcrError
 from lambdas.finishing import stop_session
 from lambdas.ledger import Admission, Recorded
-from lambdas.observability import add_metric, emit_with_dimension, lambda_entry_point, logger
+from lambdas.observability import add_metric, emit_with_dimensions, lambda_entry_point, logger
 from lambdas.runtime import current_runtime
 from rollout_contract import metrics as names
-from rollout_contract.ids import validate_exp_id, validate_input_id, validate_session_id
+from rollout_contract.ids import split_exp_id, validate_input_id, validate_session_id
 from rollout_contract.keys import ResultKey
 from rollout_contract.messages import CancelRequest, DispatchRequest, parse_dispatch_message
 from rollout_contract.results import ROLLOUT_FIELD, ErrorInfo, RolloutResult, Status, Timings
@@ -305,7 +305,7 @@ def _invoke(
 def _invoke_failed(
     request: DispatchRequest, exc: AcrCallError, *, attempts: int, owner: str, slot_start: float, rt: Runtime
 ) -> DispatchOutcome:
-    emit_with_dimension(names.DISPATCH_ERRORS, names.ERROR_CODE_DIMENSION, exc.code)
+    emit_with_dimensions(names.DISPATCH_ERRORS, {names.ERROR_CODE_DIMENSION: exc.code})
     log_fields = {"session_id": request.session_id, "error_code": exc.code, "attempt": attempts}
     error = ErrorInfo(type=exc.code, message=f"InvokeAgentRuntime failed: {exc.message}"[:1000])
     if isinstance(exc, FinalAcrError):
@@ -377,14 +377,13 @@ def _start_key(body: str, rt: Runtime) -> ResultKey | None:
         fields = json.loads(body)
         if not isinstance(fields, dict) or fields.get("kind", "start") != "start":
             return None
+        experiment, _ = split_exp_id(fields["exp_id"])
         key = ResultKey(
-            validate_exp_id(fields["exp_id"]),
-            validate_input_id(fields["input_id"]),
-            validate_session_id(fields["session_id"]),
+            fields["exp_id"], validate_input_id(fields["input_id"]), validate_session_id(fields["session_id"])
         )
     except (ValueError, KeyError, TypeError):
         return None
-    return key if key.exp_id == rt.settings.exp_id else None
+    return key if experiment == rt.settings.exp_id else None
 
 
 def _end_unusable(key: ResultKey, exc: ValidationError, rt: Runtime) -> DispatchOutcome:

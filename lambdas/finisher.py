@@ -40,7 +40,7 @@ def finish_event(body: str, rt: Runtime) -> Transition | None:
         logger.info("ignored an object that is not a result", extra={"bucket": event.bucket, "key": event.key})
         return None
     key = parse_result_key(event.key)
-    if key.exp_id != rt.settings.exp_id:
+    if key.experiment != rt.settings.exp_id:
         logger.warning("ignored a result of another experiment", extra={"key": event.key})
         return None
     logger.thread_safe_append_keys(session_id=key.session_id)

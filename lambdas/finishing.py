@@ -16,8 +16,9 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from lambdas.exceptions import FinalAcrError
 from lambdas.ledger import Transition
-from lambdas.observability import add_metric, emit_with_dimension, logger
+from lambdas.observability import add_metric, emit_with_dimensions, logger
 from rollout_contract import metrics as names
+from rollout_contract.ids import RUN_SEPARATOR
 from rollout_contract.results import Status
 
 if TYPE_CHECKING:
@@ -73,8 +74,15 @@ def stop_session(session_id: str, rt: Runtime) -> None:
 
 
 def emit_completion(result: RolloutResult) -> None:
-    """Count a finished rollout by status; record its duration, delays and reward where known."""
-    emit_with_dimension(names.COMPLETED, names.STATUS_DIMENSION, result.status.value)
+    """Count a finished rollout by status; record its duration, delays and reward where known.
+
+    A rollout of a run (exp_id ``experiment/run``) is also counted, and its reward recorded, with the ``run``
+    dimension, so a dashboard can show one run; the experiment's own metrics count every run.
+    """
+    run = result.exp_id.partition(RUN_SEPARATOR)[2]
+    emit_with_dimensions(names.COMPLETED, {names.STATUS_DIMENSION: result.status.value})
+    if run:
+        emit_with_dimensions(names.COMPLETED, {names.STATUS_DIMENSION: result.status.value, names.RUN_DIMENSION: run})
     timings = result.timings
     if timings.duration_s is not None:
         add_metric(names.DURATION, timings.duration_s, MetricUnit.Seconds)
@@ -85,3 +93,5 @@ def emit_completion(result: RolloutResult) -> None:
     reward = result.reward
     if reward is not None and math.isfinite(reward):
         add_metric(names.REWARD, reward, MetricUnit.NoUnit)
+        if run:
+            emit_with_dimensions(names.REWARD, {names.RUN_DIMENSION: run}, reward, MetricUnit.NoUnit)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from aws_lambda_powertools import Logger, Metrics, single_metric
@@ -60,13 +60,12 @@ def add_metric(name: str, value: float, unit: MetricUnit = MetricUnit.Count) -> 
         metrics.add_metric(name=name, unit=unit, value=value)
 
 
-def emit_with_dimension(name: str, dimension: str, dimension_value: str, value: float = 1) -> None:
-    """Emit one count metric with an extra dimension (``status``, ``error_code``) at once."""
+def emit_with_dimensions(
+    name: str, dimensions: Mapping[str, str], value: float = 1, unit: MetricUnit = MetricUnit.Count
+) -> None:
+    """Emit one metric with extra dimensions (``status``, ``error_code``, ``run``) at once."""
     with single_metric(
-        name=name,
-        unit=MetricUnit.Count,
-        value=value,
-        namespace=NAMESPACE,
-        default_dimensions=dict(metrics.default_dimensions),
+        name=name, unit=unit, value=value, namespace=NAMESPACE, default_dimensions=dict(metrics.default_dimensions)
     ) as metric:
-        metric.add_dimension(name=dimension, value=dimension_value)
+        for dimension, dimension_value in dimensions.items():
+            metric.add_dimension(name=dimension, value=dimension_value)

@@ -44,7 +44,7 @@ from local_stack.moto_server import (
 )
 from local_stack.provision import AwsClients, provision_experiment, provision_shared
 from local_stack.worker import DEFAULT_HANDLERS
-from rollout_contract.ids import validate_exp_id
+from rollout_contract.ids import validate_experiment
 from rollout_contract.resources import ExperimentDescriptor
 
 __all__ = ["DEFAULT_RUN_DIR", "PROJECT_ROOT", "LocalStack", "StackSettings", "runtime_arn", "start", "stop"]
@@ -56,7 +56,7 @@ DEFAULT_RUN_DIR = Path(".local-stack")
 def runtime_arn(exp_id: str, agent_name: str = DEFAULT_AGENT_NAME) -> str:
     """Return the local runtime ARN of experiment ``exp_id``'s agent ``agent_name`` (ACR's ARN form)."""
     name = validate_agent_name(agent_name)
-    return f"arn:aws:bedrock-agentcore:{LOCAL_REGION}:{LOCAL_ACCOUNT_ID}:runtime/{name}-{validate_exp_id(exp_id)}"
+    return f"arn:aws:bedrock-agentcore:{LOCAL_REGION}:{LOCAL_ACCOUNT_ID}:runtime/{name}-{validate_experiment(exp_id)}"
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ class StackSettings:
                 f"{self.dispatcher_environments} and {self.finisher_environments}"
             )
         for exp_id in self.experiments:
-            validate_exp_id(exp_id)
+            validate_experiment(exp_id)
         validate_agent_name(self.agent_name)
         if self.emulator and not self.agent_command:
             raise ValueError(

@@ -1,7 +1,7 @@
 """The rollout contract: the one module every component imports.
 
-- ``ids``: experiment, input and session id rules (:func:`validate_session_id`, ...).
-- ``keys``: the result key layout ``{exp_id}/{input_id}/{session_id}.json`` and its parser.
+- ``ids``: experiment, run, exp_id (``experiment`` or ``experiment/run``), input and session id rules.
+- ``keys``: the result key layout ``{exp_id}/{input_id}/{session_id}.json`` and its parser (from the right).
 - ``results``: :class:`RolloutResult` (the stored document as a dict, ART's or ours, with typed views),
   :class:`Status`, :func:`derive_outcome` (ART's fields -> status), :class:`ErrorInfo`, :class:`Timings`, redaction.
 - ``messages``: the ``_rollout`` block (:class:`RolloutSpec`) and dispatch-queue messages.
@@ -17,9 +17,13 @@ Pure: no boto3, no I/O, nothing read from the environment at import.
 from rollout_contract.events import NotAnObjectCreatedEventError, ObjectCreated, parse_object_created
 from rollout_contract.ids import (
     InvalidIdError,
+    join_exp_id,
     new_session_id,
+    split_exp_id,
     validate_exp_id,
+    validate_experiment,
     validate_input_id,
+    validate_run,
     validate_session_id,
     validate_session_key_segment,
 )
@@ -79,6 +83,7 @@ __all__ = [
     "derive_outcome",
     "experiment_prefix",
     "is_result_key",
+    "join_exp_id",
     "new_session_id",
     "parse_dispatch_message",
     "parse_object_created",
@@ -87,8 +92,11 @@ __all__ = [
     "read_reward",
     "redact_payload",
     "result_key",
+    "split_exp_id",
     "validate_exp_id",
+    "validate_experiment",
     "validate_input_id",
+    "validate_run",
     "validate_session_id",
     "validate_session_key_segment",
     "validate_timeout_s",

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
-from rollout_contract.ids import validate_exp_id, validate_input_id, validate_session_id
+from rollout_contract.ids import split_exp_id, validate_exp_id, validate_input_id, validate_session_id
 from rollout_contract.keys import ResultKey
 from rollout_contract.results import ROLLOUT_FIELD
 
@@ -111,7 +111,8 @@ class _QueueMessage(BaseModel):
     @field_validator("exp_id")
     @classmethod
     def _check_exp_id(cls, value: str) -> str:
-        return validate_exp_id(value)
+        split_exp_id(value)
+        return value
 
     @field_validator("input_id")
     @classmethod

@@ -1,8 +1,10 @@
 """CloudWatch metrics the Lambda functions emit (embedded metric format), for dashboards and alarms.
 
-Every metric carries the dimension :data:`EXP_DIMENSION`; :data:`COMPLETED` also carries
-:data:`STATUS_DIMENSION` (a ``results.Status`` value) and :data:`DISPATCH_ERRORS` also carries
-:data:`ERROR_CODE_DIMENSION` (an ACR error code).
+Every metric carries the dimension :data:`EXP_DIMENSION` (the experiment, every run together);
+:data:`COMPLETED` also carries :data:`STATUS_DIMENSION` (a ``results.Status`` value) and :data:`DISPATCH_ERRORS`
+also carries :data:`ERROR_CODE_DIMENSION` (an ACR error code). For a rollout of a run (exp_id
+``experiment/run``), :data:`COMPLETED` and :data:`REWARD` are emitted once more with :data:`RUN_DIMENSION` added
+(``{exp_id, status, run}`` and ``{exp_id, run}``): one run's view, while the experiment's stay whole.
 
 :data:`OVERDUE` is the "stuck rollouts" signal: rollouts still holding a session slot more than
 :data:`OVERDUE_GRACE_S` after their deadline, which the sweeper (every minute) tried and failed to end.
@@ -14,6 +16,7 @@ NAMESPACE = "AgentcoreRollouts"
 EXP_DIMENSION = "exp_id"
 STATUS_DIMENSION = "status"
 ERROR_CODE_DIMENSION = "error_code"
+RUN_DIMENSION = "run"
 
 INVOKED = "RolloutsInvoked"  # Count: InvokeAgentRuntime calls that started a rollout
 REQUEUED = "DispatchRequeued"  # Count: dispatch messages sent back to wait (budget or retryable error)

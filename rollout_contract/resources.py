@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollout_contract.events import OBJECT_CREATED, S3_SOURCE
-from rollout_contract.ids import validate_exp_id
+from rollout_contract.ids import validate_experiment
 from rollout_contract.keys import experiment_prefix
 from rollout_contract.naming import DLQ_SUFFIX, EXPERIMENT_NAMES, PROJECT
 from rollout_contract.protocol import DEFAULT_ACTIVE_SESSION_QUOTA, DEFAULT_INVOKE_TPS, DEFAULT_QUALIFIER
@@ -93,7 +93,7 @@ BUDGET_TABLE = TableSpec(name=f"{PROJECT}-budgets", partition_key=BUDGET_PARTITI
 
 
 class ExperimentResources(NamedTuple):
-    """The names and shapes of one experiment's resources."""
+    """The names and shapes of one experiment's resources (``exp_id`` is the experiment: an exp_id without a run)."""
 
     exp_id: str
     dispatch_queue: QueueSpec
@@ -107,8 +107,12 @@ class ExperimentResources(NamedTuple):
 
     @classmethod
     def for_experiment(cls, exp_id: str) -> ExperimentResources:
-        """Derive every resource name of experiment ``exp_id`` (from ``rollout_contract.naming``)."""
-        exp_id = validate_exp_id(exp_id)
+        """Derive every resource name of experiment ``exp_id`` (from ``rollout_contract.naming``).
+
+        Raises:
+            InvalidIdError: ``exp_id`` is not an experiment name (an exp_id with a run is refused, naming both).
+        """
+        exp_id = validate_experiment(exp_id)
 
         def name(kind: str) -> str:
             return EXPERIMENT_NAMES[kind].render(exp_id)
@@ -149,7 +153,7 @@ class ExperimentResources(NamedTuple):
 
 
 def result_event_pattern(bucket: str, exp_id: str) -> dict[str, Any]:
-    """EventBridge pattern matching result objects of experiment ``exp_id`` in ``bucket``."""
+    """EventBridge pattern matching result objects of experiment ``exp_id`` in ``bucket`` (every run's)."""
     return {
         "source": [S3_SOURCE],
         "detail-type": [OBJECT_CREATED],

@@ -20,7 +20,7 @@ class SessionState(StrEnum):
 
 # Attribute names of a sessions-table item (partition key: resources.SESSIONS_PARTITION_KEY).
 ATTR_SESSION_ID = "session_id"
-ATTR_EXP_ID = "exp_id"
+ATTR_EXP_ID = "exp_id"  # the rollout's exp_id: ``experiment`` or ``experiment/run``
 ATTR_INPUT_ID = "input_id"
 ATTR_STATE = "state"
 ATTR_STATUS = "status"  # the terminal results.Status once finished

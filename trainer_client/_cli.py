@@ -3,6 +3,7 @@
 - ``rollouts eval EXP --dataset IN.jsonl --output OUT.jsonl``: run every dataset row as a rollout.
 - ``rollouts status EXP``: queue depths, rollouts in flight, recent results.
 - ``rollouts results EXP``: export the experiment's stored results as JSONL.
+  These three take ``--run RUN``: the rollouts of one run of the experiment (exp_id ``EXP/RUN``).
 - ``rollouts doctor EXP [--canary PAYLOAD.json]``: check every hop, one line each; exit 1 on any failure.
 - ``rollouts local ...`` / ``rollouts demo``: mounted from ``local_stack.cli.add_commands`` with the example math
   agent (``examples.math_agent.local.MATH_DEMO``) as what they host (the one place the
@@ -159,13 +160,16 @@ def _mount_local_commands(commands: argparse._SubParsersAction) -> None:
 
 def _add_experiment(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("experiment", help="experiment id (its descriptor is read from SSM)")
+    parser.add_argument(
+        "--run", help="a run of the experiment: its rollouts go under EXP/RUN/ (a free label; default: no run)"
+    )
     parser.add_argument("--region", help="AWS region (default: boto3's)")
     parser.add_argument("--poll-wait", type=int, default=20, help=argparse.SUPPRESS)
 
 
 def _connect(args: argparse.Namespace, **options: Any) -> RolloutClient:
     return RolloutClient.for_experiment(
-        args.experiment, region=args.region, poll=PollSettings(wait_time_s=args.poll_wait), **options
+        args.experiment, run=args.run, region=args.region, poll=PollSettings(wait_time_s=args.poll_wait), **options
     )
 
 
@@ -266,7 +270,7 @@ def _status(args: argparse.Namespace) -> int:
     out = sys.stdout
     with _connect(args) as client:
         status = client.status(recent=args.recent)
-    print(f"experiment {status.exp_id}", file=out)
+    print(f"experiment {client.experiment}" + (f", run {client.run}" if client.run else ""), file=out)
     print(f"{'queue':<60} {'visible':>8} {'in flight':>10}", file=out)
     for queue in status.queues:
         print(f"{queue.name:<60} {queue.visible:>8} {queue.in_flight:>10}", file=out)

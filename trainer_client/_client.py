@@ -21,11 +21,13 @@ from rollout_contract import (
     ObjectCreated,
     ResultKey,
     Status,
+    join_exp_id,
     new_session_id,
     parse_dispatch_message,
     parse_result_key,
     payload_ref_key,
-    validate_exp_id,
+    split_exp_id,
+    validate_experiment,
     validate_input_id,
     validate_session_id,
 )
@@ -76,7 +78,8 @@ class RolloutClient:
     Args:
         agent_runtime_arn: the experiment's AgentCore runtime.
         s3_bucket: the results bucket.
-        exp_id: the experiment id.
+        exp_id: ART's label of the results: the experiment, or ``experiment/run`` for one run of it (results
+            under ``{exp_id}/``, ``status`` and ``results`` of this run only; queues and budgets shared).
         max_retry_attempts: botocore retry attempts.
         tps_limit: accepted for ART compatibility; the dispatcher owns the invoke rate.
         max_pool_connections: botocore connection pool size.
@@ -99,7 +102,8 @@ class RolloutClient:
 
     Raises:
         TypeError: an unknown keyword.
-        rollout_contract.InvalidIdError: an ``exp_id`` the contract refuses (the message names the rule).
+        rollout_contract.InvalidIdError: an ``exp_id`` the contract refuses (the message names the rule): it must
+            start with an experiment name (lowercase, it names AWS resources); the run after ``/`` is free.
         ExperimentNotFoundError: the experiment's queues do not exist.
         AwsError: looking the queues up failed otherwise.
     """
@@ -128,12 +132,13 @@ class RolloutClient:
         **extra_config: Unpack[RolloutDefaults],
     ) -> None:
         rollout = rollout_fields({"base_url": base_url, "model_id": model_id, **extra_config}, "RolloutClient()")
-        self.exp_id = validate_exp_id(exp_id)
+        self.experiment, self.run = split_exp_id(exp_id)
+        self.exp_id = exp_id
         self.queue_timeout = validate_timeout_s(queue_timeout, "queue_timeout")
         self.agent_runtime_arn = agent_runtime_arn
         self.s3_bucket = s3_bucket
         self.tps_limit = tps_limit
-        self.resources = ExperimentResources.for_experiment(exp_id)
+        self.resources = ExperimentResources.for_experiment(self.experiment)
         self._clients = clients or AwsClients.create(
             region=region,
             endpoints=endpoints,
@@ -159,14 +164,20 @@ class RolloutClient:
         cls,
         exp_id: str,
         *,
+        run: str | None = None,
         region: str | None = None,
         ssm: Any = None,
         **kwargs: Any,
     ) -> RolloutClient:
         """Connect to experiment ``exp_id`` using the descriptor its stack published in SSM.
 
+        Starting a run costs no deploy and no AWS call beyond this descriptor read: the run is a label in
+        the exp_id (``experiment/run``) of the rollouts this client submits.
+
         Args:
-            exp_id: the experiment id.
+            exp_id: the experiment's name.
+            run: a run of the experiment (a free label: letters, digits, ``.``, ``_``, ``~``, ``-``, ``/``);
+                results go under ``{experiment}/{run}/``, and ``status``/``results`` see this run only.
             region: AWS region of the descriptor (default: boto3's).
             ssm: an SSM client (default: a new one; ``AWS_ENDPOINT_URL_SSM`` points it at a local stack).
             **kwargs: more constructor arguments (``base_url``, ``poll``, ``sampling_params``, ...).
@@ -174,11 +185,14 @@ class RolloutClient:
         Raises:
             ExperimentNotFoundError: no descriptor for ``exp_id``; the message says how to create one.
         """
-        return cls.from_descriptor(load_descriptor(validate_exp_id(exp_id), region=region, ssm=ssm), **kwargs)
+        descriptor = load_descriptor(validate_experiment(exp_id), region=region, ssm=ssm)
+        return cls.from_descriptor(descriptor, run=run, **kwargs)
 
     @classmethod
-    def from_descriptor(cls, descriptor: ExperimentDescriptor, **kwargs: Any) -> RolloutClient:
-        """Connect to the experiment ``descriptor`` describes (``kwargs`` override its values)."""
+    def from_descriptor(
+        cls, descriptor: ExperimentDescriptor, *, run: str | None = None, **kwargs: Any
+    ) -> RolloutClient:
+        """Connect to the experiment ``descriptor`` describes, or to its ``run`` (``kwargs`` override its values)."""
         options: dict[str, Any] = {
             "dispatch_queue_url": descriptor.dispatch_queue_url,
             "completion_queue_url": descriptor.completion_queue_url,
@@ -187,7 +201,7 @@ class RolloutClient:
             "gateway_url": descriptor.gateway_url,
         }
         options.update(kwargs)
-        return cls(descriptor.runtime_arn, descriptor.results_bucket, descriptor.exp_id, **options)
+        return cls(descriptor.runtime_arn, descriptor.results_bucket, join_exp_id(descriptor.exp_id, run), **options)
 
     @property
     def pending_count(self) -> int:
@@ -392,7 +406,7 @@ class RolloutClient:
         for rollout in rollouts:
             key = rollout if isinstance(rollout, ResultKey) else _parse_rollout(rollout, self.exp_id)
             if key.exp_id != self.exp_id:
-                raise ValueError(f"{key} belongs to experiment {key.exp_id!r}, not {self.exp_id!r}")
+                raise ValueError(f"{key} belongs to exp_id {key.exp_id!r}, not this client's {self.exp_id!r}")
             on_cancel = self._send_cancel if key.input_id else None
             futures.append(RolloutFuture(key, self.s3_bucket, on_cancel=on_cancel))
         self._poller.register_all(futures, finished_ok=True)
@@ -552,16 +566,20 @@ class RolloutClient:
     def status(self, recent: int = 10) -> ExperimentStatus:
         """Return queue depths, the number of rollouts in flight and the ``recent`` newest results.
 
-        Lists every result key of the experiment to find the newest (one ListObjectsV2 page per 1,000).
+        Of this client's run when it has one (rollouts in flight and results; the queues are the experiment's),
+        else of the whole experiment, every run included. Lists every result key under the exp_id to find the
+        newest (one ListObjectsV2 page per 1,000).
 
         Raises:
             AwsError: a queue, the sessions table or the bucket could not be read.
         """
-        with aws_call(f"reading the status of experiment {self.exp_id!r}"):
-            return read_status(self._clients, self.resources, self.s3_bucket, recent)
+        with aws_call(f"reading the status of {self.exp_id!r}"):
+            return read_status(self._clients, self.resources, self.s3_bucket, recent, exp_id=self.exp_id)
 
     def results(self, statuses: Collection[Status | str] | None = None) -> Iterator[ClientResult]:
-        """Yield every stored result of the experiment (one GetObject each), optionally only some statuses.
+        """Yield every stored result under this client's exp_id (one GetObject each), optionally only some statuses.
+
+        The exp_id is the experiment's (every run) or one run's (that run, and runs nested under it).
 
         Raises:
             AwsError: the bucket could not be listed or a result could not be read (while iterating).
@@ -570,7 +588,7 @@ class RolloutClient:
         return self._results(wanted)
 
     def _results(self, wanted: Collection[Status] | None) -> Iterator[ClientResult]:
-        with aws_call(f"reading the results of experiment {self.exp_id!r} from s3://{self.s3_bucket}"):
+        with aws_call(f"reading the results of {self.exp_id!r} from s3://{self.s3_bucket}"):
             yield from iter_results(self._clients.s3, self.s3_bucket, self.exp_id, wanted)
 
     # Lifecycle
@@ -599,7 +617,7 @@ class RolloutClient:
                 return str(self._clients.sqs.get_queue_url(QueueName=name)["QueueUrl"])
         except AwsError as exc:
             if "NonExistentQueue" in exc.code or "QueueDoesNotExist" in exc.code:
-                raise ExperimentNotFoundError(not_found_message(self.exp_id, f"no SQS queue {name}")) from exc
+                raise ExperimentNotFoundError(not_found_message(self.experiment, f"no SQS queue {name}")) from exc
             raise
 
 

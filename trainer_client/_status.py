@@ -1,4 +1,8 @@
-"""Read-only views of an experiment: queue depths, rollouts in flight, stored results."""
+"""Read-only views of an experiment or one of its runs: queue depths, rollouts in flight, stored results.
+
+A view is of an exp_id: the experiment's name (every run) or ``experiment/run`` (that run and the runs nested
+under it, ``experiment/run/...``). Queues belong to the experiment, so their depths are always the experiment's.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollout_contract import ExperimentResources, Status, experiment_prefix, is_result_key
-from rollout_contract.sessions import INFLIGHT_MARK
+from rollout_contract.ids import RUN_SEPARATOR
+from rollout_contract.sessions import ATTR_EXP_ID, INFLIGHT_MARK
 from trainer_client._aws import AwsClients
 from trainer_client._results import ClientResult
 
@@ -29,9 +34,9 @@ class ExperimentStatus:
     """A snapshot of an experiment.
 
     Attributes:
-        exp_id: the experiment.
-        queues: dispatch and completion queues and their dead-letter queues.
-        rollouts_in_flight: rollouts holding a session slot (the sessions table's in-flight index).
+        exp_id: the experiment, or ``experiment/run``.
+        queues: the experiment's dispatch and completion queues and their dead-letter queues.
+        rollouts_in_flight: rollouts of ``exp_id`` holding a session slot (the sessions table's in-flight index).
         recent: the most recently written results, newest first.
     """
 
@@ -41,8 +46,11 @@ class ExperimentStatus:
     recent: list[ClientResult]
 
 
-def read_status(clients: AwsClients, resources: ExperimentResources, bucket: str, recent: int) -> ExperimentStatus:
-    """Read queue depths, the in-flight count and the ``recent`` newest results."""
+def read_status(
+    clients: AwsClients, resources: ExperimentResources, bucket: str, recent: int, *, exp_id: str | None = None
+) -> ExperimentStatus:
+    """Read queue depths, the in-flight count and the ``recent`` newest results of ``exp_id`` (default: all runs)."""
+    exp_id = exp_id or resources.exp_id
     queues = []
     for spec in (resources.dispatch_queue, resources.completion_queue):
         for name in (spec.name, spec.dlq_name):
@@ -58,19 +66,20 @@ def read_status(clients: AwsClients, resources: ExperimentResources, bucket: str
                     int(attributes["ApproximateNumberOfMessagesNotVisible"]),
                 )
             )
-    newest = heapq.nlargest(
-        recent, _result_objects(clients.s3, bucket, resources.exp_id), key=lambda o: o["LastModified"]
-    )
+    newest = heapq.nlargest(recent, _result_objects(clients.s3, bucket, exp_id), key=lambda o: o["LastModified"])
     return ExperimentStatus(
-        resources.exp_id,
+        exp_id,
         queues,
-        count_in_flight(clients.dynamodb, resources),
+        count_in_flight(clients.dynamodb, resources, exp_id=exp_id),
         [_read(clients.s3, bucket, obj["Key"]) for obj in newest],
     )
 
 
-def count_in_flight(dynamodb: Any, resources: ExperimentResources) -> int:
-    """How many of the experiment's rollouts hold a session slot (a paginated COUNT of the in-flight index)."""
+def count_in_flight(dynamodb: Any, resources: ExperimentResources, *, exp_id: str | None = None) -> int:
+    """How many rollouts of ``exp_id`` hold a session slot (a paginated COUNT of the in-flight index).
+
+    ``exp_id`` ``None`` (or the experiment's name) counts every run; a run's counts it and the runs under it.
+    """
     index = resources.sessions_table.indexes[0]
     count = 0
     query: dict[str, Any] = {
@@ -81,6 +90,10 @@ def count_in_flight(dynamodb: Any, resources: ExperimentResources) -> int:
         "ExpressionAttributeValues": {":mark": {"S": INFLIGHT_MARK}},
         "Select": "COUNT",
     }
+    if exp_id is not None and exp_id != resources.exp_id:
+        query["FilterExpression"] = "#e = :run OR begins_with(#e, :nested)"
+        query["ExpressionAttributeNames"]["#e"] = ATTR_EXP_ID
+        query["ExpressionAttributeValues"].update({":run": {"S": exp_id}, ":nested": {"S": exp_id + RUN_SEPARATOR}})
     while True:
         page = dynamodb.query(**query)
         count += page["Count"]
@@ -97,14 +110,14 @@ def _result_objects(s3: Any, bucket: str, exp_id: str) -> Iterator[dict[str, Any
 
 
 def iter_result_keys(s3: Any, bucket: str, exp_id: str) -> Iterator[str]:
-    """Yield the key of every result object of experiment ``exp_id``."""
+    """Yield the key of every result object under ``exp_id`` (an experiment's, or a run's)."""
     return (obj["Key"] for obj in _result_objects(s3, bucket, exp_id))
 
 
 def iter_results(
     s3: Any, bucket: str, exp_id: str, statuses: Collection[Status] | None = None
 ) -> Iterator[ClientResult]:
-    """Yield every stored result of experiment ``exp_id`` (one GetObject each), optionally filtered by status."""
+    """Yield every stored result under ``exp_id`` (one GetObject each), optionally filtered by status."""
     for key in iter_result_keys(s3, bucket, exp_id):
         result = _read(s3, bucket, key)
         if statuses is None or result.status in statuses:

@@ -28,7 +28,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError
 from botocore.exceptions import ClientError as BotoClientError
 
-from rollout_contract import ExperimentDescriptor, ExperimentResources, Status, validate_exp_id
+from rollout_contract import ExperimentDescriptor, ExperimentResources, Status, validate_experiment
 from rollout_contract.protocol import RUNTIME_READY, runtime_id
 from rollout_contract.resources import FUNCTION_ROLES, SESSIONS_PARTITION_KEY, QueueSpec, result_event_pattern
 from rollout_contract.sessions import ATTR_ATTEMPTS, ATTR_STATE, SessionState
@@ -436,7 +436,7 @@ def check_descriptor(
     exp_id: str, *, region: str | None = None, ssm: Any = None
 ) -> tuple[CheckResult, Experiment | None]:
     """Read the experiment's descriptor from SSM; return the result and, if readable, the connected experiment."""
-    exp_id = validate_exp_id(exp_id)
+    exp_id = validate_experiment(exp_id)
     parameter = ExperimentResources.for_experiment(exp_id).descriptor_parameter
     try:
         descriptor = load_descriptor(exp_id, region=region, ssm=ssm)

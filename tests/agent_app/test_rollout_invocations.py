@@ -88,12 +88,28 @@ def test_invalid_exp_id_is_http_400_saying_what_is_allowed(make_client):
     # GIVEN an app
     client = make_client(lambda payload: {})
 
-    # WHEN exp_id could not be an S3 prefix or resource name
-    response = invoke(client, {"_rollout": rollout_block(exp_id="Bad/Exp")}, new_session())
+    # WHEN exp_id could not begin a result key (an empty part between two '/')
+    response = invoke(client, {"_rollout": rollout_block(exp_id="runs//exp")}, new_session())
 
     # THEN it is rejected with a message naming the rule
     assert response.status_code == 400
-    assert "lowercase letters" in response.json()["error"]
+    assert "'/' only between parts" in response.json()["error"]
+
+
+@pytest.mark.parametrize("exp_id", ["runs/qwen3_gsm8k", "gsm8k_eval"])
+def test_exp_ids_art_writes_under_are_stored_under_arts_key(make_client, s3, exp_id):
+    # GIVEN an app, and the exp_id of ART 0.2.0's AgentCoreS3Session ('<prefix>/<experiment>') or its
+    # evaluate.py default, which the agent refused with 400 before runs were part of the contract
+    client = make_client(lambda payload: {"rewards": 1.0})
+    session_id = new_session()
+
+    # WHEN it is invoked with it
+    response = invoke(client, {"_rollout": rollout_block(exp_id=exp_id)}, session_id)
+    wait_until_healthy(client)
+
+    # THEN the result is stored at ART's key {exp_id}/{input_id}/{session_id}.json
+    assert response.status_code == 200
+    assert list_keys(s3) == [f"{exp_id}/{INPUT_ID}/{session_id}.json"]
 
 
 def test_non_object_payload_is_http_400(make_client):

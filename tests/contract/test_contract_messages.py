@@ -48,10 +48,16 @@ def test_rollout_block_keeps_unknown_fields_and_reads_dispatch_times():
 
 
 def test_save_target_validates_ids():
-    spec = RolloutSpec(exp_id="Not_Valid", input_id="i", s3_bucket="b")
+    spec = RolloutSpec(exp_id="runs//x", input_id="i", s3_bucket="b")
 
     with pytest.raises(InvalidIdError, match="exp_id"):
         spec.save_target()
+
+
+def test_save_target_takes_the_labels_art_writes_under():
+    # ART 0.2.0's evaluate.py default and its AgentCoreS3Session's '<prefix>/<experiment>' form
+    for exp_id in ("gsm8k_eval", "runs/qwen3_gsm8k"):
+        assert RolloutSpec(exp_id=exp_id, input_id="i", s3_bucket="b").save_target() == (exp_id, "i", "b")
 
 
 def test_processing_response_has_the_location_only_when_saving():

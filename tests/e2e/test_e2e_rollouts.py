@@ -19,7 +19,7 @@ from local_stack.stack import LocalStack
 from rollout_contract import ResultKey, RolloutResult, Status
 from rollout_contract.budgets import ATTR_TOTAL, SESSION_BUDGET_ID, held_attribute
 from rollout_contract.resources import BUDGET_PARTITION_KEY, BUDGET_TABLE, ExperimentResources
-from trainer_client import RolloutClient
+from trainer_client import PollSettings, RolloutClient
 
 pytestmark = pytest.mark.e2e
 
@@ -169,6 +169,30 @@ def test_two_trainer_processes_each_get_exactly_their_own_results(stack: LocalSt
     assert all(r["status"] == "succeeded" for r in theirs)
     results = [future.result(timeout=RESULT_WAIT_S) for future in mine]
     assert sorted(r.input_id for r in results) == [f"proc-a-{i}" for i in range(6)]
+
+
+def test_two_runs_of_one_experiment_run_at_once_under_their_own_prefixes(stack: LocalStack) -> None:
+    # GIVEN two runs of the deployed experiment, started without any deploy or provisioning
+    with (
+        RolloutClient.for_experiment(EXP, run="sweep/lr-1", poll=PollSettings(wait_time_s=1)) as first,
+        RolloutClient.for_experiment(EXP, run="sweep/lr-2", poll=PollSettings(wait_time_s=1)) as second,
+    ):
+        # WHEN both submit at once through the experiment's one dispatch queue
+        futures = [
+            *first.submit([({"action": "succeed", "reward": 1.0}, f"q{i}") for i in range(3)], timeout=60),
+            *second.submit([({"action": "succeed", "reward": 0.0}, f"q{i}") for i in range(3)], timeout=60),
+        ]
+        results = [future.result(timeout=RESULT_WAIT_S) for future in futures]
+
+        # THEN every rollout succeeded under its run's prefix, and each run sees only its own results
+        assert [r.result_key.rsplit("/", 2)[0] for r in results] == [f"{EXP}/sweep/lr-1"] * 3 + [
+            f"{EXP}/sweep/lr-2"
+        ] * 3
+        assert all(r.status is Status.SUCCEEDED for r in results)
+        assert sorted(r.reward for r in second.results()) == [0.0] * 3
+        # AND the experiment's finisher stopped every session and freed every slot (budgets are the experiment's)
+        assert wait_until(lambda: _slots_held() == (0, 0))
+        assert first.status().rollouts_in_flight == 0
 
 
 def test_a_restarted_trainer_collects_what_its_predecessor_submitted(stack: LocalStack, tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from infra.app import build_experiment
 from infra.nag import add_nag_checks
 from infra.runtime import RUNTIME_LOG_GROUP_PREFIX
 from infra.settings import ContextError, experiment_settings
-from rollout_contract.naming import EXP_ID_MAX_LENGTH, EXPERIMENT_NAMES
+from rollout_contract.naming import EXPERIMENT_MAX_LENGTH, EXPERIMENT_NAMES
 from rollout_contract.protocol import DEFAULT_QUALIFIER
 from rollout_contract.resources import ExperimentResources
 from tests.infra.conftest import ACCOUNT, EXPERIMENTS, MODES, REGION, SYNTH_TIMEOUT_S, Synthesized
@@ -102,21 +102,21 @@ def test_cdk_cli_synth_with_credentials_environment_passes_cdk_nag(tmp_path: Pat
 
 def test_the_longest_experiment_id_fits_every_name_and_one_more_character_does_not() -> None:
     # GIVEN the derived maximum
-    longest = "a" * EXP_ID_MAX_LENGTH
+    longest = "a" * EXPERIMENT_MAX_LENGTH
     # WHEN every derived name is rendered for it (regions at their longest)
     fixed = {kind: rule.fixed_length for kind, rule in EXPERIMENT_NAMES.items()}
     # THEN each fits its service's limit, and one of them is exactly full (the maximum is tight)
     assert all(fixed[kind] + len(longest) <= rule.max_length for kind, rule in EXPERIMENT_NAMES.items())
     assert any(fixed[kind] + len(longest) == rule.max_length for kind, rule in EXPERIMENT_NAMES.items())
     # AND the flag parser refuses one more character, naming the flag and the limiting name
-    with pytest.raises(ContextError, match=rf"-c experiment: .*1-{EXP_ID_MAX_LENGTH} lowercase.*EventBridge"):
+    with pytest.raises(ContextError, match=rf"-c experiment: .*1-{EXPERIMENT_MAX_LENGTH} lowercase.*EventBridge"):
         experiment_settings({"experiment": longest + "a", "image_tag": "v1"})
 
 
 def test_an_experiment_id_of_the_maximum_length_synthesizes(tmp_path: Path) -> None:
     # GIVEN an experiment id of the maximum length, with hyphens (runtime names turn them into '_')
-    exp_id = ("ab-" * EXP_ID_MAX_LENGTH)[: EXP_ID_MAX_LENGTH - 1] + "z"
-    assert len(exp_id) == EXP_ID_MAX_LENGTH
+    exp_id = ("ab-" * EXPERIMENT_MAX_LENGTH)[: EXPERIMENT_MAX_LENGTH - 1] + "z"
+    assert len(exp_id) == EXPERIMENT_MAX_LENGTH
     # WHEN its stack is synthesized with cdk-nag (CDK validates name lengths and patterns at synth)
     template = _synth_experiment(tmp_path, exp_id)
     # THEN every explicit name is within its service's rules

@@ -13,8 +13,8 @@ from infra.settings import (
     VpcPlacement,
     experiment_settings,
 )
-from rollout_contract.ids import EXP_ID_MAX_LENGTH
 from rollout_contract.keys import experiment_prefix, payload_ref_key, payload_ref_prefix
+from rollout_contract.naming import EXPERIMENT_MAX_LENGTH
 from rollout_contract.protocol import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_LIFETIME_S
 from rollout_contract.resources import ExperimentResources
 
@@ -30,7 +30,7 @@ def test_missing_experiment_flag_names_the_flag() -> None:
 def test_invalid_experiment_name_says_which_flag_and_rule() -> None:
     # GIVEN an experiment name that cannot name AWS resources
     # WHEN / THEN the error names the flag and the id rule
-    with pytest.raises(ContextError, match=r"-c experiment: exp_id 'Bad_Name' is invalid"):
+    with pytest.raises(ContextError, match=r"-c experiment: experiment 'Bad_Name' is invalid"):
         experiment_settings({"experiment": "Bad_Name"})
 
 
@@ -118,7 +118,7 @@ def test_idle_timeout_longer_than_lifetime_is_rejected() -> None:
 
 def test_runtime_name_fits_acr_rules_for_the_longest_experiment_id() -> None:
     # GIVEN the longest valid experiment id, with hyphens
-    exp_id = "a-" * (EXP_ID_MAX_LENGTH // 2 - 1) + "ab"
+    exp_id = "a-" * (EXPERIMENT_MAX_LENGTH // 2 - 1) + "ab"
     # WHEN its runtime name is derived
     name = ExperimentResources.for_experiment(exp_id).runtime_name
     # THEN it matches ACR's runtime name rule: a letter, then letters, digits or underscores, 48 at most

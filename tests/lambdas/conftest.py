@@ -254,10 +254,8 @@ class Env:
 
     def start_request(self, *, timeout_s: float = 600, **fields: Any) -> DispatchRequest:
         """A start message with a fresh session id (``fields`` override the defaults, payload included)."""
-        values: dict[str, Any] = {"payload": {"prompt": "2+2"}, **fields}
-        return DispatchRequest(
-            exp_id=EXP_ID, input_id="problem-1", session_id=str(uuid.uuid4()), timeout_s=timeout_s, **values
-        )
+        values: dict[str, Any] = {"payload": {"prompt": "2+2"}, "exp_id": EXP_ID, **fields}
+        return DispatchRequest(input_id="problem-1", session_id=str(uuid.uuid4()), timeout_s=timeout_s, **values)
 
     def cancel_request(self, request: DispatchRequest) -> CancelRequest:
         return CancelRequest(exp_id=request.exp_id, input_id=request.input_id, session_id=request.session_id)

@@ -98,6 +98,35 @@ def test_an_unmodified_art_agents_result_is_finished_with_the_status_of_its_fiel
     assert env.rt.ledger.slots_held() == (0, 0)
 
 
+def test_a_run_is_finished_by_the_experiment_and_counted_per_run_too(
+    env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a running rollout of run 'qwen3_gsm8k/2' of the experiment, whose agent wrote its result
+    request = env.start_request(exp_id=f"{EXP_ID}/qwen3_gsm8k/2")
+    assert dispatch(request, receive_count=1, rt=env.rt) is DispatchOutcome.INVOKED
+    agent_writes_result(env, request, rewards=0.5)
+    messages = env.receive(env.finisher_queue_url)
+    capsys.readouterr()
+
+    # WHEN the experiment's finisher handles the event (the experiment's rule covers every run's prefix)
+    assert finisher.handler(sqs_event(messages), None) == {"batchItemFailures": []}
+
+    # THEN the rollout is finished and its slot freed, as any other of the experiment
+    assert env.rt.ledger.get(request.session_id).state is SessionState.FINISHED
+    assert env.rt.ledger.slots_held() == (0, 0)
+    # AND it counts in the experiment's metrics and once more in the run's (dimension run)
+    blobs = emf_blobs(capsys.readouterr().out)
+    completed = [b for b in blobs if "RolloutsCompleted" in b]
+    assert [b["_aws"]["CloudWatchMetrics"][0]["Dimensions"] for b in completed] == [
+        [["exp_id", "status"]],
+        [["exp_id", "status", "run"]],
+    ]
+    assert (completed[1]["exp_id"], completed[1]["run"]) == (EXP_ID, "qwen3_gsm8k/2")
+    run_reward = next(b for b in blobs if "Reward" in b and "run" in b)
+    assert run_reward["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["exp_id", "run"]]
+    assert run_reward["Reward"] == [0.5]
+
+
 def test_duplicate_events_change_nothing(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
     # GIVEN a finished rollout whose event the finisher already handled
     request = env.start_request()

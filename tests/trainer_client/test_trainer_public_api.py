@@ -10,8 +10,8 @@ from botocore.exceptions import ClientError as BotoClientError
 from trainer_support import BUCKET, Backend
 
 from rollout_contract import DispatchRequest, InvalidIdError, RolloutResult, Status
-from rollout_contract.ids import EXP_ID_MAX_LENGTH
 from rollout_contract.messages import SQS_MAX_INLINE_PAYLOAD_BYTES
+from rollout_contract.naming import EXPERIMENT_MAX_LENGTH
 from trainer_client import AgentError, AwsError, RolloutClient, RolloutClientError, RolloutError, SubmitError
 
 
@@ -68,7 +68,7 @@ def test_rollout_config_may_not_set_the_fields_the_client_owns(client):
     [
         ("gsm8k_grpo", "lowercase letters, digits and hyphens"),
         ("GSM8K", "lowercase"),
-        ("a" * (EXP_ID_MAX_LENGTH + 1), f"1-{EXP_ID_MAX_LENGTH}"),
+        ("a" * (EXPERIMENT_MAX_LENGTH + 1), f"1-{EXPERIMENT_MAX_LENGTH}"),
     ],
 )
 def test_experiment_ids_art_accepts_but_the_contract_refuses_fail_at_construction(descriptor, exp_id, rule):

@@ -43,7 +43,7 @@ from rllm.engine.remote_runtime.protocol import (
 )
 from rllm.workflows.workflow import TerminationReason
 
-from rollout_contract import InvalidIdError, Status, validate_exp_id
+from rollout_contract import InvalidIdError, Status, validate_experiment
 from trainer_client._client import RolloutClient
 from trainer_client._results import ClientResult
 from trainer_client.backends._shared import NO_RESULT, load_function, run_rollout
@@ -129,7 +129,7 @@ class AgentCoreEventsRuntime:
         self._options, self._acr = RuntimeOptions.split(config.agentcore)
         name = self._options.experiment or exp_id
         try:
-            self.experiment = validate_exp_id(name)
+            self.experiment = validate_experiment(name)
         except InvalidIdError as exc:
             raise ValueError(
                 f"{exc}; set +rllm.remote_runtime.agentcore.experiment=NAME to the experiment you deployed"
