@@ -94,7 +94,7 @@ def test_the_cli_takes_a_run(descriptor, backend, tmp_path, capsys):
 
     # THEN only the run's result is exported, and the status names the run
     lines = (tmp_path / "out.jsonl").read_text().splitlines()
-    assert [json.loads(line)["session_id"] for line in lines] == [kept.session_id]
+    assert [json.loads(line)["result_key"] for line in lines] == [kept.result_key]
     out = capsys.readouterr().out
     assert f"experiment {exp}, run nightly" in out
     assert kept.result_key in out
