@@ -17,7 +17,16 @@ from botocore.loaders import Loader, create_loader
 from rollout_contract import ExperimentDescriptor, ExperimentResources
 from trainer_client._exceptions import AwsError, ExperimentNotFoundError
 
-__all__ = ["AwsClients", "aws_call", "error_code", "load_descriptor", "new_session", "not_found_message"]
+__all__ = [
+    "AwsClients",
+    "aws_call",
+    "client_config",
+    "error_code",
+    "load_descriptor",
+    "new_session",
+    "not_found_message",
+    "region_of_arn",
+]
 
 #: One loader of botocore's service models for every session made here. A session's own loader parses the
 #: models again (about 0.5 s of CPU per RolloutClient, most of it S3's); the parsed models never change.
@@ -57,10 +66,7 @@ class AwsClients(NamedTuple):
         max_pool_connections: int = 10,
     ) -> AwsClients:
         """Build clients; ``endpoints`` maps boto3 service names to URLs (the local stack's)."""
-        config = Config(
-            retries={"max_attempts": max_retry_attempts, "mode": "standard"},
-            max_pool_connections=max_pool_connections,
-        )
+        config = client_config(max_retry_attempts, max_pool_connections)
         endpoints = endpoints or {}
         session = new_session(region)
         return cls(
@@ -68,6 +74,22 @@ class AwsClients(NamedTuple):
             s3=session.client("s3", endpoint_url=endpoints.get("s3"), config=config),
             dynamodb=session.client("dynamodb", endpoint_url=endpoints.get("dynamodb"), config=config),
         )
+
+
+def client_config(max_retry_attempts: int, max_pool_connections: int) -> Config:
+    """botocore settings of the trainer's clients: standard retries, a connection pool of the given size."""
+    return Config(
+        retries={"max_attempts": max_retry_attempts, "mode": "standard"}, max_pool_connections=max_pool_connections
+    )
+
+
+def region_of_arn(arn: str) -> str | None:
+    """The region field of an ARN (``arn:aws:bedrock-agentcore:us-west-2:...`` -> ``us-west-2``), as ART reads it.
+
+    ``None`` when ``arn`` is not an ARN with a region.
+    """
+    parts = arn.split(":")
+    return parts[3] if len(parts) >= 6 and parts[0] == "arn" and parts[3] else None
 
 
 def error_code(exc: BotoClientError) -> str:

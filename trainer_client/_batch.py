@@ -1,4 +1,4 @@
-"""``run_batch`` and ``run_batch_async``: one core that submits and collects, two ways of waiting.
+"""``run_batch`` and ``run_batch_async`` (ART's ``BatchResult``, ``AsyncBatchResult``): one core, two ways of waiting.
 
 The core keeps at most ``max_concurrent_sessions`` rollouts in flight, submits in batched sends as
 slots free up, turns finished futures into :class:`BatchItem` objects, and fails an item locally when
@@ -13,12 +13,13 @@ import asyncio
 import contextlib
 import heapq
 import itertools
+import logging
 import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import InvalidStateError
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,9 @@ from trainer_client._results import ClientResult
 if TYPE_CHECKING:
     from trainer_client._client import RolloutClient
 
-__all__ = ["BatchItem", "iter_batch", "iter_batch_async"]
+__all__ = ["AsyncBatchResult", "BatchItem", "BatchResult", "BatchSettings"]
+
+logger = logging.getLogger("trainer_client")
 
 Pair = tuple[Mapping[str, Any], str | None]
 
@@ -38,26 +41,29 @@ Pair = tuple[Mapping[str, Any], str | None]
 class BatchItem:
     """One finished rollout of a batch.
 
-    ART's five fields first. Unlike ART, ``success`` means status ``succeeded`` (ART said ``True`` for
-    any dict, agent failures included), and a failed rollout still carries its ``result``.
+    ART's five fields first (``error`` a string, as in ART). Unlike ART, ``success`` means status
+    ``succeeded`` (ART said ``True`` for any dict, agent failures included), and a failed rollout still
+    carries its ``result``.
 
     Attributes:
         success: the rollout succeeded.
         result: its result (``None`` only when none arrived: submit failure or local deadline).
-        error: why it failed (a :class:`RolloutError`), ``None`` on success.
+        error: why it failed (``"AgentError: rollout ... ended agent_error: ..."``), ``None`` on success.
         index: position of its payload in the input.
         elapsed: seconds from submission to completion.
         session_id: the rollout id.
         input_id: its group id.
+        exception: the :class:`RolloutError` that ``error`` describes (its family says what failed).
     """
 
     success: bool
     result: ClientResult | None
-    error: BaseException | None
+    error: str | None
     index: int
     elapsed: float
     session_id: str
     input_id: str | None
+    exception: BaseException | None = None
 
     @classmethod
     def from_future(cls, future: RolloutFuture, index: int) -> BatchItem:
@@ -70,7 +76,10 @@ class BatchItem:
                 result.raise_for_status()
             except RolloutError as exc:
                 error = exc
-        return cls(error is None, result, error, index, future.elapsed(), future.session_id, future.input_id)
+        message = None if error is None else f"{type(error).__name__}: {error}"
+        return cls(
+            error is None, result, message, index, future.elapsed(), future.session_id, future.input_id, error
+        )
 
     def to_record(self) -> dict[str, Any]:
         """A JSON-ready line for a results file: the ids, the outcome, the stored document and its token traces."""
@@ -86,36 +95,46 @@ class BatchItem:
             if self.result.token_traces is not None:
                 record["token_traces"] = [trace.model_dump(mode="json") for trace in self.result.token_traces]
         if self.error is not None:
-            record["error"] = str(self.error)
+            record["error"] = self.error
         return record
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """How one batch runs: ``max_concurrent`` in flight, each with ``timeout``; ART's polling keywords.
+
+    ``initial_interval``, ``max_interval`` and ``backoff_factor`` set ART's S3 HEAD polling; completion here
+    is an event, so they change nothing (accepted so ART's calls run). ``log_interval`` is ART's: seconds
+    between ``[Status]`` log lines (INFO, logger ``trainer_client``) while rollouts are in flight.
+    """
+
+    max_concurrent: int
+    timeout: float
+    journal: str | Path | None = None
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    initial_interval: float = 0.5
+    max_interval: float = 30.0
+    backoff_factor: float = 1.5
+    log_interval: float = 30.0
 
 
 class _BatchCore:
     """Submission and collection state shared by both iterators (no waiting here)."""
 
-    def __init__(
-        self,
-        client: RolloutClient,
-        pairs: Iterable[Pair],
-        max_concurrent: int,
-        timeout: float,
-        journal: str | Path | None,
-        overrides: Mapping[str, Any],
-    ) -> None:
-        if max_concurrent < 1:
-            raise ValueError(f"max_concurrent_sessions must be at least 1, got {max_concurrent}")
+    def __init__(self, client: RolloutClient, pairs: Iterable[Pair], settings: BatchSettings) -> None:
+        if settings.max_concurrent < 1:
+            raise ValueError(f"max_concurrent_sessions must be at least 1, got {settings.max_concurrent}")
         self._client = client
         self._source = enumerate(pairs)
-        self._max = max_concurrent
-        self._timeout = timeout
-        self._journal = journal
-        self._overrides = overrides
+        self._settings = settings
         self._grace = client.poll_settings.deadline_grace_s
         self._in_flight: dict[RolloutFuture, int] = {}
         self._done: deque[RolloutFuture] = deque()
         self._deadlines: list[tuple[float, int, RolloutFuture]] = []
         self._order = itertools.count()
         self._exhausted = False
+        self._finished_count = 0
+        self._next_log = time.monotonic() + settings.log_interval
         self.wake: Callable[[], None] = lambda: None
 
     @property
@@ -125,7 +144,7 @@ class _BatchCore:
 
     def submit_ready(self) -> None:
         """Submit payloads until ``max_concurrent`` are in flight or the input runs out."""
-        free = self._max - len(self._in_flight)
+        free = self._settings.max_concurrent - len(self._in_flight)
         if self._exhausted or free <= 0:
             return
         batch = list(itertools.islice(self._source, free))
@@ -134,7 +153,10 @@ class _BatchCore:
         if not batch:
             return
         futures = self._client.submit(
-            [pair for _, pair in batch], timeout=self._timeout, journal=self._journal, **self._overrides
+            [pair for _, pair in batch],
+            timeout=self._settings.timeout,
+            journal=self._settings.journal,
+            **self._settings.overrides,
         )
         for (index, _), future in zip(batch, futures, strict=True):
             self._in_flight[future] = index
@@ -151,11 +173,13 @@ class _BatchCore:
         while self._done:
             future = self._done.popleft()
             items.append(BatchItem.from_future(future, self._in_flight.pop(future)))
+        self._finished_count += len(items)
         return items
 
     def next_wait(self) -> float | None:
-        """Fail items past deadline + grace; return seconds until the next such moment (``None``: none)."""
+        """Fail items past deadline + grace, log the status when due; seconds until the next such moment."""
         now = time.time()
+        wait = self._log_status_when_due()
         while self._deadlines:
             deadline, _, future = self._deadlines[0]
             if future.done():
@@ -169,24 +193,61 @@ class _BatchCore:
                 with contextlib.suppress(InvalidStateError):
                     future.set_exception(error)
             else:
-                return deadline + self._grace - now
-        return None
+                return min(deadline + self._grace - now, wait)
+        return None if wait == float("inf") else wait
+
+    def _log_status_when_due(self) -> float:
+        """ART's ``[Status]`` line every ``log_interval`` while rollouts are in flight; seconds to the next."""
+        if not self._in_flight:
+            return float("inf")
+        now = time.monotonic()
+        if now >= self._next_log:
+            elapsed = [future.elapsed() for future in self._in_flight]
+            logger.info(
+                "[Status] %d active, %d done, elapsed: %.0fs-%.0fs",
+                len(self._in_flight),
+                self._finished_count,
+                min(elapsed),
+                max(elapsed),
+            )
+            self._next_log = now + self._settings.log_interval
+        return max(self._next_log - now, 0.0)
 
 
-def iter_batch(
-    client: RolloutClient,
-    pairs: Iterable[Pair],
-    max_concurrent: int,
-    timeout: float,
-    journal: str | Path | None,
-    overrides: Mapping[str, Any],
-) -> Iterator[BatchItem]:
-    """Run a batch, blocking the calling thread while it waits."""
-    core = _BatchCore(client, pairs, max_concurrent, timeout, journal, overrides)
-    event = threading.Event()
-    core.wake = event.set
+class _BatchRun:
+    """What both batch iterators hold: ART's ``BatchResult`` attributes and the core."""
 
-    def run() -> Iterator[BatchItem]:
+    def __init__(self, client: RolloutClient, pairs: Iterable[Pair], settings: BatchSettings) -> None:
+        self._core = _BatchCore(client, pairs, settings)
+        self.client = client
+        self.max_concurrent = settings.max_concurrent
+        self.timeout = settings.timeout
+        self.initial_interval = settings.initial_interval
+        self.max_interval = settings.max_interval
+        self.backoff_factor = settings.backoff_factor
+        self.log_interval = settings.log_interval
+
+
+class BatchResult(_BatchRun, Iterator[BatchItem]):
+    """``run_batch``'s items in completion order (ART's ``BatchResult``); it blocks the calling thread while it waits.
+
+    Nothing is submitted before the first item is asked for. It is an iterator: one pass runs the batch once.
+    """
+
+    def __init__(self, client: RolloutClient, pairs: Iterable[Pair], settings: BatchSettings) -> None:
+        super().__init__(client, pairs, settings)
+        self._items = self._run()
+
+    def __iter__(self) -> BatchResult:
+        return self
+
+    def __next__(self) -> BatchItem:
+        return next(self._items)
+
+    def _run(self) -> Iterator[BatchItem]:
+        core = self._core
+        event = threading.Event()
+        core.wake = event.set
         while True:
             core.submit_ready()
             items = core.take_items()
@@ -198,21 +259,23 @@ def iter_batch(
                 event.wait(wait)
                 event.clear()
 
-    return run()
 
+class AsyncBatchResult(_BatchRun, AsyncIterator[BatchItem]):
+    """``run_batch_async``'s items (ART's ``AsyncBatchResult``): submissions run in a worker thread, waiting never
+    blocks the event loop."""
 
-def iter_batch_async(
-    client: RolloutClient,
-    pairs: Iterable[Pair],
-    max_concurrent: int,
-    timeout: float,
-    journal: str | Path | None,
-    overrides: Mapping[str, Any],
-) -> AsyncIterator[BatchItem]:
-    """Run a batch from asyncio: submissions run in a worker thread, waiting never blocks the loop."""
-    core = _BatchCore(client, pairs, max_concurrent, timeout, journal, overrides)
+    def __init__(self, client: RolloutClient, pairs: Iterable[Pair], settings: BatchSettings) -> None:
+        super().__init__(client, pairs, settings)
+        self._items = self._run()
 
-    async def run() -> AsyncIterator[BatchItem]:
+    def __aiter__(self) -> AsyncBatchResult:
+        return self
+
+    async def __anext__(self) -> BatchItem:
+        return await anext(self._items)
+
+    async def _run(self) -> AsyncIterator[BatchItem]:
+        core = self._core
         loop = asyncio.get_running_loop()
         event = asyncio.Event()
 
@@ -235,5 +298,3 @@ def iter_batch_async(
                 except TimeoutError:
                     pass
                 event.clear()
-
-    return run()

@@ -204,7 +204,7 @@ def _eval(args: argparse.Namespace) -> int:
 def _failure_reason(item: BatchItem) -> str:
     result = item.result
     if result is None:
-        return f"{type(item.error).__name__}: {item.error}"
+        return item.error or "no reason given"
     error = result.error
     detail = f"{error.type}: {error.message}" if error is not None else result.stop_reason or "no reason given"
     return f"{result.status.value}: {detail}"[:300]

@@ -32,8 +32,16 @@ from rollout_contract import (
     validate_session_id,
 )
 from rollout_contract.messages import DEFAULT_QUEUE_TIMEOUT_S, SQS_MAX_INLINE_PAYLOAD_BYTES, validate_timeout_s
-from trainer_client._aws import AwsClients, aws_call, load_descriptor, not_found_message
-from trainer_client._batch import BatchItem, iter_batch, iter_batch_async
+from trainer_client._aws import (
+    AwsClients,
+    aws_call,
+    client_config,
+    load_descriptor,
+    new_session,
+    not_found_message,
+    region_of_arn,
+)
+from trainer_client._batch import AsyncBatchResult, BatchResult, BatchSettings
 from trainer_client._config import (
     DEFAULT_POLL,
     DEFAULT_ROLLOUT_TIMEOUT_S,
@@ -69,11 +77,14 @@ _SUBMIT_ATTEMPTS = 3
 class RolloutClient:
     """Submit rollouts to one experiment and receive their results through its completion queue.
 
-    ART's constructor works unchanged for ART's named fields. ``agent_runtime_arn`` is informational (the
-    dispatcher Lambda invokes the runtime), ``tps_limit`` has no effect (the dispatcher enforces one invoke
-    budget for every trainer), ``max_retry_attempts`` and ``max_pool_connections`` configure botocore.
-    ``sampling_params``, ``api_key`` and the mapping ``rollout_config`` go into each payload's ``_rollout``;
-    any other keyword is a ``TypeError`` (ART forwarded it silently).
+    ART's constructor works unchanged for ART's named fields. ``agent_runtime_arn`` names the region (as in
+    ART) and is otherwise informational (the dispatcher Lambda invokes the runtime), ``tps_limit`` has no
+    effect (the dispatcher enforces one invoke budget for every trainer), ``max_retry_attempts`` and
+    ``max_pool_connections`` configure botocore. ``sampling_params``, ``api_key`` and the mapping
+    ``rollout_config`` go into each payload's ``_rollout``; any other keyword is a ``TypeError`` (ART forwarded
+    it silently). ART's attributes are here: ``agent_runtime_arn``, ``s3_bucket``, ``exp_id``, ``base_url``,
+    ``model_id``, ``extra_config`` (the other ``_rollout`` fields), ``region``, ``tps_limit``, ``s3_client``,
+    ``agentcore_client``.
 
     Args:
         agent_runtime_arn: the experiment's AgentCore runtime.
@@ -89,7 +100,7 @@ class RolloutClient:
             results carry the session's token traces.
         dispatch_queue_url: the dispatch queue (default: looked up by the contract's name).
         completion_queue_url: the completion queue (default: looked up by the contract's name).
-        region: AWS region (default: boto3's).
+        region: AWS region (default: the region of ``agent_runtime_arn``, as ART takes it, else boto3's).
         endpoints: boto3 service name -> endpoint URL (the local stack's).
         clients: ready-made SQS and S3 clients (tests, benchmarks).
         poll: completion poller settings.
@@ -138,13 +149,20 @@ class RolloutClient:
         self.agent_runtime_arn = agent_runtime_arn
         self.s3_bucket = s3_bucket
         self.tps_limit = tps_limit
+        self.base_url = base_url
+        self.model_id = model_id
+        self.extra_config = {k: v for k, v in rollout.items() if k not in ("base_url", "model_id")}
+        self.region: str | None = region or region_of_arn(agent_runtime_arn) or new_session().region_name
         self.resources = ExperimentResources.for_experiment(self.experiment)
+        self._endpoints = dict(endpoints or {})
         self._clients = clients or AwsClients.create(
-            region=region,
+            region=self.region,
             endpoints=endpoints,
             max_retry_attempts=max_retry_attempts,
             max_pool_connections=max(max_pool_connections, poll.fetch_workers + poll.receivers + 1),
         )
+        self._max_retry_attempts = max_retry_attempts
+        self._agentcore_client: Any = None
         self.dispatch_queue_url = dispatch_queue_url or self._queue_url(self.resources.dispatch_queue.name)
         self.completion_queue_url = completion_queue_url or self._queue_url(self.resources.completion_queue.name)
         self.gateway_url = gateway_url
@@ -202,6 +220,24 @@ class RolloutClient:
         }
         options.update(kwargs)
         return cls(descriptor.runtime_arn, descriptor.results_bucket, join_exp_id(descriptor.exp_id, run), **options)
+
+    @property
+    def s3_client(self) -> Any:
+        """The boto3 S3 client results are read with (ART's attribute)."""
+        return self._clients.s3
+
+    @property
+    def agentcore_client(self) -> Any:
+        """A boto3 ``bedrock-agentcore`` client in the runtime's region (ART's attribute; built on first use).
+
+        The dispatcher invokes and the finisher stops sessions, so this client uses it for nothing itself.
+        """
+        if self._agentcore_client is None:
+            config = client_config(self._max_retry_attempts, max_pool_connections=10)
+            self._agentcore_client = new_session(self.region).client(
+                "bedrock-agentcore", endpoint_url=self._endpoints.get("bedrock-agentcore"), config=config
+            )
+        return self._agentcore_client
 
     @property
     def pending_count(self) -> int:
@@ -470,41 +506,58 @@ class RolloutClient:
         payloads: Iterable[Mapping[str, Any]],
         max_concurrent_sessions: int,
         timeout: float = DEFAULT_ROLLOUT_TIMEOUT_S,
+        initial_interval: float = 0.5,
+        max_interval: float = 30.0,
+        backoff_factor: float = 1.5,
+        log_interval: float = 30.0,
         *,
         input_ids: Iterable[str | None] | None = None,
         journal: str | Path | None = None,
         **overrides: Unpack[RolloutOptions],
-    ) -> Iterator[BatchItem]:
+    ) -> BatchResult:
         """Run payloads with at most ``max_concurrent_sessions`` in flight; yield items as they complete.
 
         Args:
             payloads: agent payloads (consumed lazily).
             max_concurrent_sessions: rollouts in flight at most.
             timeout: seconds each rollout may run (its server-side deadline).
+            initial_interval: ART's first S3 poll interval; no effect (completion is an event here).
+            max_interval: ART's poll interval cap; no effect.
+            backoff_factor: ART's poll interval growth; no effect.
+            log_interval: seconds between ``[Status]`` log lines while rollouts are in flight (ART's).
             input_ids: group ids parallel to ``payloads`` (default: one group per payload).
             journal: append each submitted result key to this file (see :meth:`attach_journal`).
             **overrides: ``_rollout`` fields for every rollout.
 
-        Yields:
-            :class:`BatchItem` in completion order; ``success`` means status ``succeeded``.
+        Returns:
+            A :class:`BatchResult`: :class:`BatchItem` in completion order; ``success`` means status ``succeeded``.
         """
-        options = _checked(overrides, "run_batch()")
-        return iter_batch(self, _pairs(payloads, input_ids), max_concurrent_sessions, timeout, journal, options)
+        settings = BatchSettings(
+            max_concurrent_sessions, timeout, journal, _checked(overrides, "run_batch()"),
+            initial_interval, max_interval, backoff_factor, log_interval,
+        )  # fmt: skip
+        return BatchResult(self, _pairs(payloads, input_ids), settings)
 
     def run_batch_async(
         self,
         payloads: Iterable[Mapping[str, Any]],
         max_concurrent_sessions: int,
         timeout: float = DEFAULT_ROLLOUT_TIMEOUT_S,
+        initial_interval: float = 0.5,
+        max_interval: float = 30.0,
+        backoff_factor: float = 1.5,
+        log_interval: float = 30.0,
         *,
         input_ids: Iterable[str | None] | None = None,
         journal: str | Path | None = None,
         **overrides: Unpack[RolloutOptions],
-    ) -> AsyncIterator[BatchItem]:
+    ) -> AsyncBatchResult:
         """:meth:`run_batch` as an async iterator (same arguments)."""
-        options = _checked(overrides, "run_batch_async()")
-        pairs = _pairs(payloads, input_ids)
-        return iter_batch_async(self, pairs, max_concurrent_sessions, timeout, journal, options)
+        settings = BatchSettings(
+            max_concurrent_sessions, timeout, journal, _checked(overrides, "run_batch_async()"),
+            initial_interval, max_interval, backoff_factor, log_interval,
+        )  # fmt: skip
+        return AsyncBatchResult(self, _pairs(payloads, input_ids), settings)
 
     def run_groups(
         self,

@@ -505,7 +505,7 @@ def trace_canary(
         deadline = time.monotonic() + timeout_s + SWEEPER_GRACE_S
         while not future.done() and time.monotonic() < deadline:
             try:
-                future.result(timeout=CANARY_POLL_S)
+                future.result(timeout=CANARY_POLL_S, cancel_on_timeout=False)
             except (FutureTimeout, CancelledError):
                 pass
             except Exception:  # noqa: BLE001 - a failed future is reported below like a missing result

@@ -27,9 +27,12 @@ def test_run_batch_yields_every_item_with_success_meaning_status_succeeded(clien
     backend.serve_in_thread(3)
     items = sorted(client.run_batch(payloads, max_concurrent_sessions=3, timeout=60), key=lambda item: item.index)
 
-    # THEN every payload has an item; the agent failure is success=False with its result and an AgentError
+    # THEN every payload has an item; the agent failure is success=False with its result and an AgentError,
+    # its error a string as in ART
     assert [item.success for item in items] == [True, False, True]
-    assert items[1].result.status is Status.AGENT_ERROR and isinstance(items[1].error, AgentError)
+    assert items[1].result.status is Status.AGENT_ERROR and isinstance(items[1].exception, AgentError)
+    assert items[1].error == f"AgentError: {items[1].exception}" and "boom" in items[1].error
+    assert items[0].error is None and items[0].exception is None
     assert [items[0].result.reward, items[2].result.reward] == [1.0, 0.5]
     assert all(item.elapsed > 0 for item in items)
 
@@ -78,7 +81,7 @@ def test_batch_item_fails_locally_when_no_result_comes_after_the_deadline(descri
 
     # THEN its item fails with a timeout error after about deadline + grace
     assert not item.success and item.result is None
-    assert isinstance(item.error, RolloutTimeoutError)
+    assert isinstance(item.exception, RolloutTimeoutError) and item.error.startswith("RolloutTimeoutError: ")
     assert 0.5 <= item.elapsed < 1.5
 
 

@@ -65,19 +65,28 @@ def test_raise_for_status_raises_the_family_of_each_failure_status(client, backe
         assert caught.value.result is result
 
 
-def test_result_timeout_raises_builtin_timeout_error_without_overshoot(client, backend):
-    # GIVEN a rollout nobody completes
+def test_result_timeout_raises_builtin_timeout_error_without_overshoot_and_cancels_as_art_does(client, backend):
+    # GIVEN two rollouts nobody completes
     future = client.invoke({"prompt": "slow"})
+    kept = client.invoke({"prompt": "slow"})
 
-    # WHEN the caller waits 0.3 s
+    # WHEN the caller waits 0.3 s for each, the second time keeping the rollout
     start = time.monotonic()
     with pytest.raises(TimeoutError):
         future.result(timeout=0.3)
     waited = time.monotonic() - start
+    with pytest.raises(TimeoutError):
+        kept.result(timeout=0.1, cancel_on_timeout=False)
 
-    # THEN it gave up on time, and the rollout is still pending (not cancelled)
+    # THEN it gave up on time and cancelled the first rollout (a cancel request went out), as ART stops the
+    # session; the second is still pending
     assert 0.3 <= waited < 0.45
-    assert not future.done()
+    assert future.cancelled and future.cancelled()
+    with pytest.raises(CancelledError):
+        future.result()
+    assert not kept.done() and not kept.cancelled
+    messages = backend.receive(3)
+    assert [m.session_id for m in messages if isinstance(m, CancelRequest)] == [future.session_id]
 
 
 def test_duplicate_events_are_deleted_and_do_not_change_the_result(client, backend, descriptor):
@@ -183,17 +192,21 @@ async def test_async_paths_await_results_without_blocking_the_loop(client, backe
     assert [r.reward for r in results] == [0.0, 1.0, 2.0]
 
 
-async def test_async_timeout_raises_timeout_error_and_leaves_the_rollout_running(client, backend):
-    # GIVEN a rollout nobody completes
+async def test_async_timeout_cancels_the_rollout_unless_told_to_keep_it(client, backend):
+    # GIVEN two rollouts nobody completes
     future = await client.invoke_async({})
+    kept = await client.invoke_async({})
 
-    # WHEN an async wait times out
+    # WHEN an async wait times out for each, the second keeping its rollout
     with pytest.raises(TimeoutError):
         await future.result_async(timeout=0.2)
+    with pytest.raises(TimeoutError):
+        await kept.result_async(timeout=0.1, cancel_on_timeout=False)
 
-    # THEN the rollout is not cancelled and no cancel request was sent
-    assert not future.cancelled()
-    assert [type(m) for m in backend.receive(1)] == [DispatchRequest]
+    # THEN the first is cancelled (one cancel request), the second still runs
+    assert future.cancelled() and not kept.cancelled() and not kept.done()
+    messages = backend.receive(3)
+    assert [m.session_id for m in messages if isinstance(m, CancelRequest)] == [future.session_id]
 
 
 def test_large_payload_travels_by_s3_reference(client, backend, descriptor):

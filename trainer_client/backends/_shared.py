@@ -113,7 +113,7 @@ class RolloutOutcome:
         """The outcome of one item of :meth:`RolloutClient.run_batch` / ``run_groups``."""
         if item.result is not None:
             return cls.of(item.result, item.elapsed)
-        return cls.of_error(item.error, item.elapsed)
+        return cls.of_error(item.exception, item.elapsed)
 
     @classmethod
     def of_error(cls, error: BaseException | None, elapsed: float) -> RolloutOutcome:
@@ -158,7 +158,7 @@ async def wait_for_result(future: RolloutFuture, grace_s: float) -> ClientResult
     """
     timeout = None if future.deadline_at is None else max(future.deadline_at - time.time(), 0.0) + grace_s
     try:
-        return await future.result_async(timeout=timeout)
+        return await future.result_async(timeout=timeout, cancel_on_timeout=False)
     except TimeoutError:
         return None
 
