@@ -9,7 +9,6 @@ Ray, a controller and storage actors: 36 s on this machine); verl's worker and t
 from __future__ import annotations
 
 import functools
-import json
 import shlex
 from pathlib import Path
 from typing import Any
@@ -18,16 +17,18 @@ import hydra.utils
 import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
-from tokenizers import Tokenizer, models, pre_tokenizers
+from tokenizer_support import model_dir, tokenizer
 from transfer_queue import KVBatchMeta
 from transformers import PreTrainedTokenizerFast
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorker, DictConfigWrap, ToolListWrap
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
+__all__ = ["LOOP_ENTRY", "VERL_COMMAND", "MemoryTransferQueue", "build_loop", "legacy_worker", "model_dir"]
+__all__ += ["readme_overrides", "tokenizer", "trainer_config"]
+
 REPO = Path(__file__).parents[2]
 #: The README's verl command line and the agent loop YAML it names (relative to the repository root).
 VERL_COMMAND = REPO / "examples" / "math_agent" / "backends" / "verl.sh"
-WORDS = ["<pad>", "<eos>", "<unk>", "user", "assistant", "system", "what", "is", "2", "+", "?"]
 #: The entry a user puts in the file ``actor_rollout_ref.rollout.agent.agent_loop_config_path`` names.
 LOOP_ENTRY = {"name": "agentcore", "_target_": "trainer_client.backends.verl.AgentCoreAgentLoop"}
 
@@ -51,36 +52,6 @@ def trainer_config(*extra: str, model_dir: Path | None = None) -> Any:
     """
     job = (f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.rollout.name=vllm") if model_dir else ()
     return OmegaConf.create(OmegaConf.to_container(_composed((*readme_overrides(), *job, *extra))))
-
-
-def tokenizer() -> PreTrainedTokenizerFast:
-    """A real Hugging Face fast tokenizer with a chat template, built offline from a word-level vocabulary."""
-    model = Tokenizer(models.WordLevel({word: i for i, word in enumerate(WORDS)}, unk_token="<unk>"))
-    model.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=model, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
-    tok.chat_template = (
-        "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}"
-        "{% if add_generation_prompt %}assistant {% endif %}"
-    )
-    return tok
-
-
-def model_dir(path: Path) -> Path:
-    """A model directory verl's ``HFModelConfig`` loads: :func:`tokenizer` and a one-layer Llama config."""
-    tokenizer().save_pretrained(path)
-    config = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "vocab_size": len(WORDS),
-        "hidden_size": 8,
-        "intermediate_size": 8,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 1,
-        "num_key_value_heads": 1,
-        "max_position_embeddings": 4096,
-    }
-    (path / "config.json").write_text(json.dumps(config))
-    return path
 
 
 def build_loop(entry: dict[str, Any], config: Any, tok: PreTrainedTokenizerFast) -> Any:

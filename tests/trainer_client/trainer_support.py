@@ -1,6 +1,6 @@
-"""Helpers of the trainer tests: an experiment in moto built from the contract's definitions, and a backend
-that plays dispatcher + agent. Imported by name (``from trainer_support import ...``); the fixtures are in
-``conftest.py``.
+"""Helpers and fixtures of the trainer tests: a moto server per session, an experiment in it built from the
+contract's definitions, and a backend that plays dispatcher + agent. Imported by name (``from trainer_support
+import ...``); ``conftest.py`` imports the fixtures for this directory, other test files import them too.
 """
 
 from __future__ import annotations
@@ -8,10 +8,13 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import boto3
+import httpx
+import pytest
+from moto.server import ThreadedMotoServer
 
 from rollout_contract import (
     CancelRequest,
@@ -25,7 +28,7 @@ from rollout_contract import (
     parse_dispatch_message,
 )
 from rollout_contract.resources import result_event_pattern
-from trainer_client import PollSettings
+from trainer_client import PollSettings, RolloutClient
 
 REGION = "us-east-1"
 BUCKET = "results-test"
@@ -187,3 +190,55 @@ class Backend:
         while (current := self.queue_depth()) != depth and time.monotonic() < deadline:
             time.sleep(0.05)
         return current
+
+
+# Fixtures
+
+
+@pytest.fixture(scope="session")
+def moto_url() -> Iterator[str]:
+    """A moto server on a free port for the whole session."""
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture(autouse=True)
+def aws_env(monkeypatch: pytest.MonkeyPatch, moto_url: str) -> Iterator[None]:
+    """Point boto3 at the session's moto server, emptied for this test."""
+    for name in (
+        "AWS_PROFILE",
+        "AWS_ENDPOINT_URL_SQS",
+        "AWS_ENDPOINT_URL_S3",
+        "AWS_ENDPOINT_URL_SSM",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_url)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    httpx.post(f"{moto_url}/moto-api/reset", timeout=30, trust_env=False).raise_for_status()
+    yield
+
+
+@pytest.fixture
+def descriptor() -> ExperimentDescriptor:
+    return create_experiment()
+
+
+@pytest.fixture
+def fast_poll() -> PollSettings:
+    return FAST_POLL
+
+
+@pytest.fixture
+def backend(descriptor: ExperimentDescriptor) -> Backend:
+    return Backend(descriptor)
+
+
+@pytest.fixture
+def client(descriptor: ExperimentDescriptor) -> Iterator[RolloutClient]:
+    with RolloutClient.from_descriptor(descriptor, poll=FAST_POLL) as client:
+        yield client

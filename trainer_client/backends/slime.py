@@ -20,15 +20,35 @@ Status: ``COMPLETED``; ``TRUNCATED`` when the last call stopped on length or a s
 did not succeed but has traces (``agentcore_failure_policy: mask`` also sets ``remove_sample``);
 ``ABORTED`` with ``remove_sample=True`` and one masked pad token when there are no traces.
 
+Group statistics: slime normalises rewards per group of ``n_samples_per_prompt`` (``_post_process_rewards``),
+padding samples included, as reward 0 although their loss is masked: a group with one real success and
+one padding sample scores the success's advantage as if the other rollout had failed.
+``--custom-reward-post-process-path trainer_client.backends.slime.post_process_rewards`` normalises each
+group over its samples slime trains on (``remove_sample`` false) and gives removed ones advantage 0;
+without it :func:`generate_rollout` warns when a step has padding samples.
+
+Sampling parameters forwarded as ``_rollout.sampling_params`` (agents pass them to their client with
+:func:`agent_app.openai_sampling_kwargs`): slime's ``temperature``, ``top_p``, ``top_k`` (``--rollout-*``),
+``max_tokens`` (slime's ``max_new_tokens``, ``--rollout-max-response-len``), ``stop``, ``stop_token_ids``,
+and ``min_p``, ``repetition_penalty``, ``presence_penalty``, ``frequency_penalty`` when slime's dict has
+them; ``None`` values are left out, and so are slime's detokenization options (``skip_special_tokens``,
+``no_stop_trim``, ``spaces_between_special_tokens``: they change only the text the agent reads).
+``agentcore_sampling_params`` (YAML) overrides them. ``--rollout-top-p`` below 1 turns on slime's top-p
+replay (since slime's PR #2167 every sample must carry the nucleus of each sampled token,
+``rollout_top_p_token_ids``), which only SGLang's native ``/generate`` returns: both hooks refuse it
+before any rollout runs. To sample with top-p anyway, keep ``--rollout-top-p 1.0`` and set
+``agentcore_sampling_params: {top_p: 0.9}``: slime then trains on the full distribution's log probs.
+
 Settings come from slime's ``--custom-config-path`` YAML (see :class:`SlimeSettings`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from slime.rollout.base_types import RolloutFnTrainOutput
@@ -45,19 +65,34 @@ from trainer_client.backends._shared import (
 )
 from trainer_client.backends.assembly import assemble_rows
 
-__all__ = ["SlimeSettings", "default_payload", "fill_sample", "generate", "generate_rollout"]
+__all__ = [
+    "SlimeSettings",
+    "default_payload",
+    "fill_sample",
+    "generate",
+    "generate_rollout",
+    "post_process_rewards",
+    "rollout_sampling_params",
+]
 
 logger = logging.getLogger("trainer_client.backends.slime")
 
-#: slime's sampling parameter names -> the OpenAI-compatible names the agent passes to the model.
+#: slime's (SGLang's) sampling parameters that decide which tokens are sampled -> their ``_rollout`` names
+#: (OpenAI's where OpenAI has the parameter, else the name vLLM and SGLang share).
 _SAMPLING_NAMES = {
     "temperature": "temperature",
     "top_p": "top_p",
     "top_k": "top_k",
+    "min_p": "min_p",
+    "repetition_penalty": "repetition_penalty",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
     "max_new_tokens": "max_tokens",
     "stop": "stop",
     "stop_token_ids": "stop_token_ids",
 }
+#: Our ``--custom-reward-post-process-path`` (see the module docstring).
+POST_PROCESS_PATH = f"{__name__}.post_process_rewards"
 
 
 def default_payload(sample: Sample) -> dict[str, Any]:
@@ -79,6 +114,7 @@ class SlimeSettings:
         model_id: ``agentcore_model_id``, the ``_rollout.model_id`` agents ask the model for.
         region: ``agentcore_region``, AWS region of the experiment's descriptor.
         pad_token_id: ``agentcore_pad_token_id``, the token of placeholder samples (always masked).
+        sampling_params: ``agentcore_sampling_params``, sampling parameters that override slime's.
     """
 
     experiment: str
@@ -89,6 +125,7 @@ class SlimeSettings:
     model_id: str | None = None
     region: str | None = None
     pad_token_id: int = 0
+    sampling_params: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_args(cls, args: Any) -> SlimeSettings:
@@ -108,6 +145,15 @@ class SlimeSettings:
         if settings.failure_policy not in ("zero_reward", "mask"):
             raise ValueError(
                 f"agentcore_failure_policy must be 'zero_reward' or 'mask', got {settings.failure_policy!r}"
+            )
+        top_p = getattr(args, "rollout_top_p", 1.0)
+        if top_p is not None and top_p != 1.0:
+            raise ValueError(
+                f"--rollout-top-p {top_p} turns on slime's top-p replay: every sample must carry the top-p "
+                "nucleus of each sampled token (rollout_top_p_token_ids), which only SGLang's native /generate "
+                "returns, not the OpenAI-compatible endpoint our agents call. Keep --rollout-top-p 1.0 (slime's "
+                f"default); to sample with top-p anyway, set `agentcore_sampling_params: {{top_p: {top_p}}}` in "
+                "the --custom-config-path YAML (slime then trains on the full distribution's log probs)"
             )
         return settings
 
@@ -197,7 +243,7 @@ async def generate(args: Any, sample: Sample, sampling_params: dict[str, Any]) -
         f"slime-group-{sample.group_index}",
         settings.rollout_timeout_s,
         session_id=sample.session_id,
-        sampling_params=openai_sampling_params(sampling_params),
+        sampling_params=rollout_sampling_params(sampling_params, settings),
     )
     if not outcome.succeeded:
         logger.warning("rollout %s of group %s: %s", outcome.session_id, sample.group_index, outcome.error)
@@ -227,11 +273,13 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
     size = int(args.n_samples_per_prompt)
     groups: list[list[Sample]] = data_source.get_samples(int(args.rollout_batch_size))
     by_id = {group_input_id(f"slime-{rollout_id}-{group[0].group_index}"): group for group in groups}
-    sampling = {
-        "temperature": getattr(args, "rollout_temperature", None),
-        "top_p": getattr(args, "rollout_top_p", None),
-        "top_k": getattr(args, "rollout_top_k", None),
-        "max_new_tokens": getattr(args, "rollout_max_response_len", None),
+    sampling = {  # what slime's own rollout samples with (sglang_rollout.GenerateState)
+        "temperature": args.rollout_temperature,
+        "top_p": args.rollout_top_p,
+        "top_k": args.rollout_top_k,
+        "max_new_tokens": args.rollout_max_response_len,
+        "stop": args.rollout_stop,
+        "stop_token_ids": args.rollout_stop_token_ids,
     }
     statuses: Counter[str] = Counter()
     for rollout_group in settings.client().run_groups(
@@ -241,7 +289,7 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
         timeout=settings.rollout_timeout_s,
         policy=FailurePolicy.ZERO_REWARD,
         input_ids=list(by_id),
-        sampling_params=openai_sampling_params(sampling),
+        sampling_params=rollout_sampling_params(sampling, settings),
     ):
         for sample, item in zip(by_id[rollout_group.input_id], rollout_group.items, strict=True):
             outcome = RolloutOutcome.of_item(item)
@@ -255,12 +303,58 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
                 missing_reward=0.0,
             )
     logger.info("slime rollout %d: %s", rollout_id, dict(statuses))
+    padding = sum(sample.remove_sample for group in groups for sample in group)
+    if padding and getattr(args, "custom_reward_post_process_path", None) != POST_PROCESS_PATH:
+        logger.warning(
+            "slime rollout %d: %d padding samples count as reward 0 in slime's group normalisation; "
+            "--custom-reward-post-process-path %s keeps them out",
+            rollout_id,
+            padding,
+            POST_PROCESS_PATH,
+        )
     metrics = {f"agentcore/{status}": count for status, count in statuses.items()}
     return RolloutFnTrainOutput(samples=sorted(groups, key=lambda group: group[0].index), metrics=metrics)
 
 
-def openai_sampling_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    """slime's (SGLang's) sampling parameters under the OpenAI-compatible names, ``None`` values left out."""
-    return {
+def rollout_sampling_params(params: Mapping[str, Any], settings: SlimeSettings) -> dict[str, Any]:
+    """What the agent gets as ``_rollout.sampling_params`` from slime's (SGLang's) ``params``: the parameters
+    of :data:`_SAMPLING_NAMES` under their ``_rollout`` names, ``None`` values left out, then
+    ``settings.sampling_params``."""
+    forwarded = {
         _SAMPLING_NAMES[name]: value for name, value in params.items() if name in _SAMPLING_NAMES and value is not None
     }
+    return {**forwarded, **settings.sampling_params}
+
+
+def post_process_rewards(args: Any, samples: Sequence[Sample]) -> tuple[list[float], list[float]]:
+    """slime's ``--custom-reward-post-process-path`` hook: its group normalisation without padding samples.
+
+    As slime's default for ``grpo``, ``gspo``, ``cispo`` and ``reinforce_plus_plus_baseline`` (with
+    ``rewards_normalization``): each reward minus its group's mean, divided by the group's standard deviation
+    (+1e-6) for the first three when ``grpo_std_normalization`` is on; other estimators get the raw rewards.
+    The difference: a group (``group_index``) is its samples with ``remove_sample`` false, so padding for
+    rollouts that never ran (and ``mask``-policy failures) shift no one's advantage; they get 0.
+
+    Returns:
+        ``(raw rewards, normalised rewards)``, one each per sample in ``samples``' order.
+    """
+    raw = [sample.get_reward_value(args) for sample in samples]
+    normalise = args.advantage_estimator in ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
+    if not (normalise and args.rewards_normalization):
+        return raw, raw
+    divide = args.advantage_estimator in ("grpo", "gspo", "cispo") and args.grpo_std_normalization
+    kept: defaultdict[object, list[float]] = defaultdict(list)
+    for sample, reward in zip(samples, raw, strict=True):
+        if not sample.remove_sample:
+            kept[sample.group_index].append(float(reward))
+    rewards = []
+    for sample, reward in zip(samples, raw, strict=True):
+        group = kept[sample.group_index]
+        if sample.remove_sample:
+            rewards.append(0.0)
+            continue
+        advantage = reward - statistics.fmean(group)
+        if divide:
+            advantage /= (statistics.stdev(group) if len(group) > 1 else 0.0) + 1e-6
+        rewards.append(advantage)
+    return raw, rewards

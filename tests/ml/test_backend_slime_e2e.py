@@ -2,23 +2,26 @@
 
 trainer -> dispatch queue -> dispatcher -> ACR emulator -> multi-turn agent (two model calls through its
 gateway session) -> S3 -> completion event -> token traces from the gateway -> slime ``Sample``s.
-slime's types come from tests/stand_ins/slime.
+slime's modules are the stand-ins in tests/stand_ins/slime; ``args`` are slime's defaults plus the README's
+flags (``slime_support.slime_args``), and slime's data source loads the prompts from a file.
 """
 
 from __future__ import annotations
 
 import sys
-import types
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "stand_ins" / "slime"))
+pytest.importorskip("torch")
+TESTS = Path(__file__).parents[1]
+sys.path[:0] = [str(TESTS / "stand_ins" / "slime"), str(TESTS / "backends")]
 
 from backends_e2e import TOO_BIG, cancel_once_submitted, gateway_traces, multiturn_stack, shared_test_client  # noqa: E402
-from slime.rollout.data_source import RolloutDataSource  # noqa: E402
+from slime.ray.rollout import RolloutManager  # noqa: E402
 from slime.utils.types import Sample  # noqa: E402
+from slime_support import slime_args  # noqa: E402
 
 from local_stack.stack import LocalStack  # noqa: E402
 from trainer_client import RolloutClient  # noqa: E402
@@ -41,29 +44,24 @@ def client(stack: LocalStack) -> Iterator[RolloutClient]:
         yield shared
 
 
-def _args(**overrides) -> types.SimpleNamespace:
-    settings = {
-        "agentcore_experiment": EXP,
-        "agentcore_rollout_timeout_s": 20,
-        "rollout_batch_size": 4,
-        "n_samples_per_prompt": 2,
-        "rollout_max_prompt_len": None,
-        "rollout_max_response_len": 512,
-        "rollout_temperature": 1.0,
-    }
-    return types.SimpleNamespace(**{**settings, **overrides})
+def _args(tmp_path: Path, rows: list[dict], *flags: str):
+    config = {"agentcore_experiment": EXP, "agentcore_rollout_timeout_s": 20}
+    return slime_args(tmp_path, rows, "--rollout-max-response-len", "512", *flags, config=config)
 
 
-def _prompt(**script) -> Sample:
-    return Sample(prompt="Say hello.", label="hello", metadata=script)
+def _prompt(**script) -> dict:
+    return {"prompt": "Say hello.", "answer": "hello", "metadata": script}
 
 
-def test_generate_rollout_turns_a_grpo_step_into_slime_samples_for_every_status(stack: LocalStack, client):
+def test_generate_rollout_turns_a_grpo_step_into_slime_samples_for_every_status(
+    stack: LocalStack, client, tmp_path, monkeypatch
+):
     # GIVEN four prompts of two samples: succeeding, raising, overrunning the 20 s deadline, refused
-    args = _args()
+    monkeypatch.chdir(TESTS.parent)
     prompts = [_prompt(reward=1.0), _prompt(action="raise"), _prompt(sleep_s=120), _prompt(blob=TOO_BIG)]
+    args = _args(tmp_path, prompts)
     # WHEN slime's whole-rollout hook runs the step
-    output = backend_slime.generate_rollout(args, 0, RolloutDataSource(args, prompts))
+    output = backend_slime.generate_rollout(args, 0, RolloutManager(args).data_source)
     # THEN four groups of two come back, each sample in the shape slime trains on
     groups = output.samples
     assert [len(group) for group in groups] == [2, 2, 2, 2]
@@ -98,14 +96,17 @@ def test_generate_rollout_turns_a_grpo_step_into_slime_samples_for_every_status(
     }
 
 
-async def test_the_generate_hook_runs_one_sample_and_a_cancelled_task_cancels_its_rollout(stack: LocalStack, client):
-    args = _args()
-    (group,) = RolloutDataSource(args, [_prompt(reward=0.5)]).get_samples(1)
-    sample = await backend_slime.generate(args, group[0], {"temperature": 1.0, "max_new_tokens": 64})
+async def test_the_generate_hook_runs_one_sample_and_a_cancelled_task_cancels_its_rollout(
+    stack: LocalStack, client, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(TESTS.parent)
+    args = _args(tmp_path, [_prompt(reward=0.5), _prompt(sleep_s=120)])
+    first, second = RolloutManager(args).data_source.get_samples(2)
+    sample = await backend_slime.generate(args, first[0], {"temperature": 1.0, "max_new_tokens": 64})
     assert (sample.status, sample.reward, sample.metadata["agentcore"]["rows"]) == (Sample.Status.COMPLETED, 0.5, 2)
 
     # GIVEN a sample whose agent would run for two minutes
-    (group,) = RolloutDataSource(args, [_prompt(sleep_s=120)]).get_samples(1)
+    group = second
     # WHEN slime cancels the task (abort) once the rollout is submitted
     cancelled = await cancel_once_submitted(client, backend_slime.generate(args, group[0], {}))
     # THEN the rollout ends as cancelled in the experiment's results
