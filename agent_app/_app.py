@@ -16,29 +16,22 @@ import os
 import threading
 import time
 import uuid
-import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import boto3
 from pydantic import ValidationError
-from pydantic.warnings import PydanticDeprecatedSince20
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from agent_app._results import ResultWriteError, ResultWriter
 from agent_app._rollout import Rollout, RolloutRegistry
+from agent_app._sdk import BedrockAgentCoreApp, BedrockAgentCoreContext, RequestContext
+from agent_app.logging import configure_logging
 from rollout_contract.ids import InvalidIdError, new_session_id, validate_session_key_segment
 from rollout_contract.keys import RESULT_SUFFIX, ResultKey
 from rollout_contract.messages import MissingRolloutFieldsError, RolloutSpec
 from rollout_contract.results import ROLLOUT_FIELD, RolloutResult, Timings, redact_payload
-
-# bedrock-agentcore 1.25 declares RequestContext with a pydantic v1 ``class Config``; the warning is theirs
-# to fix and would fail every test run that treats warnings as errors.
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", PydanticDeprecatedSince20)
-    from bedrock_agentcore.runtime import BedrockAgentCoreApp
-    from bedrock_agentcore.runtime.context import BedrockAgentCoreContext, RequestContext
 
 __all__ = ["AgentCoreRLApp"]
 
@@ -84,6 +77,9 @@ class AgentCoreRLApp(BedrockAgentCoreApp):
             debug: the parent's debug actions and logging.
             lifespan: the parent's lifespan; pending rollouts are cancelled before it exits.
             middleware: the parent's Starlette middleware.
+
+        Logging: when the root logger has no handler yet, :func:`agent_app.logging.configure_logging` runs (as in
+        ART, so ``logger.info`` lines appear, as JSON with ``sessionId``); logging configured before is kept.
         """
         self._rollout_handler: Callable[..., Any] | None = None
         self._rollouts = RolloutRegistry()
@@ -93,6 +89,8 @@ class AgentCoreRLApp(BedrockAgentCoreApp):
         self._writer_lock = threading.Lock()
         self._background: set[asyncio.Task[None]] = set()
         super().__init__(debug=debug, lifespan=self._cancelling_on_exit(lifespan), middleware=middleware)
+        if not logging.getLogger().handlers:  # nobody configured logging: ART's JSON lines with session ids
+            configure_logging()
 
     @property
     def s3_client(self) -> Any:

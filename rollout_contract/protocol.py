@@ -66,3 +66,12 @@ def runtime_id(runtime_arn: str) -> str:
 RETRYABLE_ERROR_CODES = frozenset(
     e.code for e in (SERVICE_QUOTA_EXCEEDED, RETRYABLE_CONFLICT, RUNTIME_CLIENT_ERROR, THROTTLING, INTERNAL_SERVER)
 )
+
+
+def region_of_arn(arn: str) -> str | None:
+    """The region field of an ARN (``arn:aws:bedrock-agentcore:us-west-2:...`` -> ``us-west-2``), as ART reads it.
+
+    ``None`` when ``arn`` is not an ARN with a region.
+    """
+    parts = arn.split(":")
+    return parts[3] if len(parts) >= 6 and parts[0] == "arn" and parts[3] else None

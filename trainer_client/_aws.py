@@ -25,7 +25,6 @@ __all__ = [
     "load_descriptor",
     "new_session",
     "not_found_message",
-    "region_of_arn",
 ]
 
 #: One loader of botocore's service models for every session made here. A session's own loader parses the
@@ -81,15 +80,6 @@ def client_config(max_retry_attempts: int, max_pool_connections: int) -> Config:
     return Config(
         retries={"max_attempts": max_retry_attempts, "mode": "standard"}, max_pool_connections=max_pool_connections
     )
-
-
-def region_of_arn(arn: str) -> str | None:
-    """The region field of an ARN (``arn:aws:bedrock-agentcore:us-west-2:...`` -> ``us-west-2``), as ART reads it.
-
-    ``None`` when ``arn`` is not an ARN with a region.
-    """
-    parts = arn.split(":")
-    return parts[3] if len(parts) >= 6 and parts[0] == "arn" and parts[3] else None
 
 
 def error_code(exc: BotoClientError) -> str:

@@ -32,6 +32,7 @@ from rollout_contract import (
     validate_session_id,
 )
 from rollout_contract.messages import DEFAULT_QUEUE_TIMEOUT_S, SQS_MAX_INLINE_PAYLOAD_BYTES, validate_timeout_s
+from rollout_contract.protocol import region_of_arn
 from trainer_client._aws import (
     AwsClients,
     aws_call,
@@ -39,7 +40,6 @@ from trainer_client._aws import (
     load_descriptor,
     new_session,
     not_found_message,
-    region_of_arn,
 )
 from trainer_client._batch import AsyncBatchResult, BatchResult, BatchSettings
 from trainer_client._config import (

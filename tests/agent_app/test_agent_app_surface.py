@@ -11,7 +11,8 @@ from agent_app import AgentCoreRLApp, RewardFunction
 
 
 def test_package_exports_only_the_art_names():
-    assert sorted(agent_app.__all__) == ["AgentCoreRLApp", "RewardFunction", "openai_sampling_kwargs"]
+    art_names = ["AgentCoreHttpClient", "AgentCoreRLApp", "AgentCoreRuntimeApp", "InvocationError", "InvocationHandle"]
+    assert sorted(agent_app.__all__) == [*art_names, "RewardFunction", "openai_sampling_kwargs"]
     assert all(getattr(agent_app, name) is not None for name in agent_app.__all__)
 
 
@@ -29,8 +30,8 @@ def test_rollout_entrypoint_returns_the_function_unchanged():
     assert not hasattr(decorated, "run")
 
 
-def test_constructing_the_app_leaves_the_root_logger_alone():
-    # GIVEN the root logger's current configuration
+def test_constructing_the_app_leaves_configured_logging_alone():
+    # GIVEN the root logger's current configuration (pytest's handlers)
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
 
