@@ -10,7 +10,6 @@ writes every result as JSONL, and shuts everything down.
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
 from collections import Counter
@@ -26,7 +25,7 @@ from local_stack.hosting import DemoTask
 from local_stack.stack import DEFAULT_RUN_DIR, LocalStack
 from rollout_contract import validate_timeout_s
 from trainer_client import BatchItem, FailurePolicy, GroupCollector, PollSettings, RolloutClient, RolloutGroup
-from trainer_client.progress import RolloutProgress
+from trainer_client.progress import BatchSummary, RolloutProgress
 
 __all__ = ["DemoReport", "DemoSettings", "DemoTask", "run_demo"]
 
@@ -80,39 +79,38 @@ class DemoSettings:
 class DemoReport:
     """What the demo measured; :meth:`render` prints it."""
 
-    rollouts: int = 0
-    by_status: Counter[str] = field(default_factory=Counter)
-    rewards: list[float] = field(default_factory=list)
+    summary: BatchSummary = field(default_factory=lambda: BatchSummary(0))
     groups_kept: int = 0
     groups_dropped: int = 0
     groups_with_signal: int = 0
-    end_to_end_s: list[float] = field(default_factory=list)
-    agent_s: list[float] = field(default_factory=list)
     traced_rollouts: int = 0
     completion_tokens: int = 0
     sessions_started: int = 0
     sessions_stopped: int = 0
     startup_s: float = 0.0
-    run_s: float = 0.0
     total_s: float = 0.0
     output: Path | None = None
 
+    @property
+    def by_status(self) -> Counter[str]:
+        """Rollouts by terminal status."""
+        return self.summary.by_status
+
+    @property
+    def rewards(self) -> list[float]:
+        """Rewards of the succeeded rollouts."""
+        return self.summary.rewards
+
+    @property
+    def run_s(self) -> float:
+        """Seconds from the first submit to the last result (the client's close is not part of it)."""
+        return self.summary.run_s
+
     def add_item(self, item: BatchItem) -> None:
-        """Count one finished rollout."""
-        self.rollouts += 1
-        self.end_to_end_s.append(item.elapsed)
-        result = item.result
-        if result is None:
-            self.by_status["no result"] += 1
-            return
-        self.by_status[result.status.value] += 1
-        if result.reward is not None and result.ok:
-            self.rewards.append(result.reward)
-        if result.timings.duration_s is not None:
-            self.agent_s.append(result.timings.duration_s)
-        if result.token_traces:
+        """Count one finished rollout's token traces (``summary`` counts the rest)."""
+        if item.result is not None and item.result.token_traces:
             self.traced_rollouts += 1
-            self.completion_tokens += sum(len(trace.completion_token_ids) for trace in result.token_traces)
+            self.completion_tokens += sum(len(trace.completion_token_ids) for trace in item.result.token_traces)
 
     def add_group(self, group: RolloutGroup) -> None:
         """Count one complete group the failure policy kept."""
@@ -121,21 +119,16 @@ class DemoReport:
 
     def render(self, out: TextIO) -> None:
         """Print the summary."""
-        statuses = ", ".join(f"{name} {count}" for name, count in sorted(self.by_status.items()))
-        reward = f"{statistics.fmean(self.rewards):.3f}" if self.rewards else "-"
         lines = [
             "",
             "== demo summary ==",
-            f"rollouts        {self.rollouts} ({statuses})",
-            f"reward mean     {reward} over {len(self.rewards)} succeeded rollouts",
+            *self.summary.lines(with_time=False),
             f"GRPO groups     {self.groups_kept} kept, {self.groups_dropped} dropped, "
             f"{self.groups_with_signal} with non-zero advantages",
-            f"end to end      {_percentiles(self.end_to_end_s)}  (submit -> future resolved)",
-            f"agent run       {_percentiles(self.agent_s)}  (handler start -> result written)",
             f"token traces    {self.traced_rollouts} rollouts traced, {self.completion_tokens} completion tokens",
             f"sessions        {self.sessions_started} started, {self.sessions_stopped} stopped",
             f"time            {self.total_s:.1f} s total ({self.startup_s:.1f} s stack start, "
-            f"{self.run_s:.1f} s rollouts, {self.rollouts / max(self.run_s, 1e-9):.2f} rollouts/s)",
+            f"{self.run_s:.1f} s rollouts, {self.summary.done / max(self.run_s, 1e-9):.2f} rollouts/s)",
             f"results         {self.output}",
         ]
         out.write("\n".join(lines) + "\n")
@@ -162,8 +155,8 @@ def run_demo(task: DemoTask, settings: DemoSettings, out: TextIO = sys.stdout) -
             f"{settings.samples_per_prompt} samples\n"
         )
         prompts = task.dataset(settings.prompts, settings.seed)
-        run_started = time.monotonic()
         progress = RolloutProgress(settings.prompts * settings.samples_per_prompt)
+        report.summary = progress.summary
         collector = GroupCollector(settings.samples_per_prompt, settings.policy, eps=1e-6)
         with (
             environment(stack.env),
@@ -187,8 +180,7 @@ def run_demo(task: DemoTask, settings: DemoSettings, out: TextIO = sys.stdout) -
                     report.add_group(group)
         report.groups_dropped = settings.prompts - report.groups_kept
         progress.close()
-        report.run_s = time.monotonic() - run_started
-        report.sessions_started, report.sessions_stopped = _wait_for_stops(stack, report.rollouts)
+        report.sessions_started, report.sessions_stopped = _wait_for_stops(stack, report.summary.done)
     report.total_s = time.monotonic() - started
     report.render(out)
     return report
@@ -202,14 +194,3 @@ def _wait_for_stops(stack: LocalStack, expected: int) -> tuple[int, int]:
         if counters["stops"] >= expected or time.monotonic() > deadline:
             return counters["starts"], counters["stops"]
         time.sleep(0.2)
-
-
-def _percentiles(values: list[float]) -> str:
-    if not values:
-        return "-"
-    ordered = sorted(values)
-
-    def pick(q: float) -> float:
-        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-    return f"p50 {pick(0.5):.2f} s, p90 {pick(0.9):.2f} s, p99 {pick(0.99):.2f} s"

@@ -9,13 +9,20 @@
   agent (``examples.math_agent.local.MATH_DEMO``) as what they host (the one place the
   trainer SDK depends on ``local_stack``; the commands need the ``local`` extra, and say so when it is missing).
 
+For scripts: ``--json`` output, ``--version``, ``-v``/``-q`` on every command (logging level; ``-q`` also drops
+progress and summaries), plain progress lines when stderr is not a terminal, and a quiet exit (status 141, as
+for a process killed by SIGPIPE) when stdout's reader goes away (``rollouts results EXP | head -1``).
+
 Every subcommand's parser sets ``func(args) -> int | None``; ``main`` calls it.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
+import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,14 +30,13 @@ from typing import Any
 
 from botocore.exceptions import EndpointConnectionError, NoCredentialsError, NoRegionError
 
-from rollout_contract import InvalidIdError, Status, new_session_id
+from rollout_contract import InvalidIdError, Status
 from rollout_contract.messages import DEFAULT_QUEUE_TIMEOUT_S, validate_timeout_s
-from trainer_client._batch import BatchItem
 from trainer_client._client import RolloutClient
 from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S, PollSettings
+from trainer_client._eval import plan_eval, row_input_id, run_eval
 from trainer_client._exceptions import RolloutError
 from trainer_client.doctor import run_doctor
-from trainer_client.progress import RolloutProgress
 
 __all__ = ["build_parser", "main"]
 
@@ -46,8 +52,8 @@ _EXTRA_OF_MODULE = {
     "aws_cdk": "infra",
 }
 _LOCAL_HINT = 'for the local stack, run `eval "$(rollouts local status --env)"` in this shell first'
-#: Failed rollouts whose reasons ``eval`` prints at the end.
-_FAILURES_SHOWN = 5
+#: Exit status after stdout's reader went away: what a shell reports for a process killed by SIGPIPE.
+EXIT_BROKEN_PIPE = 141
 
 
 class UsageError(Exception):
@@ -61,6 +67,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not hasattr(args, "func"):
         parser.print_help(sys.stderr)
         return 2
+    _configure_logging(args.verbose, args.quiet)
+    try:
+        return _run(parser, args)
+    except BrokenPipeError:
+        # The reader went away (`| head -1`): later writes, and the flush at exit, go nowhere instead of failing.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         return args.func(args) or 0
     except UsageError as exc:
@@ -98,9 +114,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+class _StderrHandler(logging.Handler):
+    """Write records to whatever ``sys.stderr`` is when they are emitted."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            print(self.format(record), file=sys.stderr)
+        except Exception:  # noqa: BLE001 - logging's own rule: a failing handler reports and goes on
+            self.handleError(record)
+
+
+def _configure_logging(verbose: int, quiet: bool) -> None:
+    """Log WARNING and above to stderr; INFO with ``-v``, DEBUG with ``-vv``, only ERROR with ``-q``."""
+    level = logging.ERROR if quiet else {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
+    root = logging.getLogger()
+    handler = next((h for h in root.handlers if isinstance(h, _StderrHandler)), None)
+    if handler is None:
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+    handler.setLevel(level)  # records of loggers with their own level (a library's) stop here too
+    root.setLevel(level)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Build the argument parser (with the local-stack commands when ``local_stack.cli`` provides them)."""
     parser = argparse.ArgumentParser(prog="rollouts", description="Run and inspect RL rollouts on AgentCore Runtime.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
 
     run = commands.add_parser("eval", help="run a dataset (JSONL, one payload per line) and write results as JSONL")
@@ -118,9 +158,33 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds a rollout may wait for capacity before it starts (3600); --timeout runs from the start",
     )
     run.add_argument("--samples", type=_positive_int, default=1, help="rollouts per row, grouped by input id (1)")
-    run.add_argument("--input-id-field", help="take each row's input id from this field (default: generated)")
-    run.add_argument("--model-id", help="_rollout.model_id for every rollout")
-    run.add_argument("--journal", type=Path, help="append submitted result keys here (resume with attach_journal)")
+    run.add_argument(
+        "--input-id-field", help="take each row's input id from this field (default: row-<n>-<digest of the row>)"
+    )
+    model = run.add_argument_group("the model the agents call (_rollout fields)")
+    model.add_argument("--model-id", help="_rollout.model_id for every rollout")
+    model.add_argument("--base-url", help="_rollout.base_url: an OpenAI-compatible endpoint (http://host:port/v1)")
+    model.add_argument("--temperature", type=float, help="sampling_params.temperature")
+    model.add_argument(
+        "--sampling-param",
+        action="append",
+        default=[],
+        metavar="K=V",
+        type=_key_value,
+        help="one more sampling_params entry (repeatable; V is read as JSON when it parses: 0.9, 256, true)",
+    )
+    resume = run.add_mutually_exclusive_group()
+    resume.add_argument("--journal", type=Path, help="record every submitted rollout here (for --resume)")
+    resume.add_argument(
+        "--resume",
+        type=Path,
+        metavar="JOURNAL",
+        help="an earlier run's --journal: collect its rollouts, submit only the samples it lacks, keep recording",
+    )
+    run.add_argument(
+        "--keep-running", action="store_true", help="on Ctrl-C, leave the rollouts running (default: cancel them)"
+    )
+    run.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout")
     run.set_defaults(func=_eval)
 
     status = commands.add_parser("status", help="queue depths, rollouts in flight and recent results")
@@ -128,10 +192,11 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--recent", type=_positive_int, default=10, help="how many recent results to show (10)")
     status.set_defaults(func=_status)
 
-    results = commands.add_parser("results", help="export an experiment's stored results as JSONL")
+    results = commands.add_parser("results", help="list an experiment's stored results, or export them as JSONL")
     _add_experiment(results)
-    results.add_argument("--output", type=Path, help="output file (default: stdout)")
+    results.add_argument("--output", type=Path, help="write every result as JSONL to this file")
     results.add_argument("--status", action="append", choices=[s.value for s in Status], help="only this status")
+    results.add_argument("--json", action="store_true", help="every result as JSONL on stdout (default: one line each)")
     results.set_defaults(func=_results)
 
     doctor = commands.add_parser(
@@ -143,10 +208,31 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--input-id", help="the canary's input id (default: its session id)")
     doctor.add_argument("--model-id", help="the canary's _rollout.model_id")
     doctor.add_argument("--timeout", type=_positive_float, default=120.0, help="the canary's deadline in seconds (120)")
+    doctor.add_argument("--json", action="store_true", help="one JSON object per check (JSONL) instead of a line")
     doctor.set_defaults(func=_doctor)
 
     _mount_local_commands(commands)
+    _add_verbosity(parser, top=True)
     return parser
+
+
+def _add_verbosity(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
+    """``-v``/``-q`` on ``parser`` and every subcommand below it (before or after the command name)."""
+    # Below the top, a flag left out must not overwrite one given before the command name.
+    verbose, quiet = (0, False) if top else (argparse.SUPPRESS, argparse.SUPPRESS)
+    parser.add_argument("-v", "--verbose", action="count", default=verbose, help="log more (-v INFO, -vv DEBUG)")
+    parser.add_argument("-q", "--quiet", action="store_true", default=quiet, help="errors only: no progress or summary")
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                _add_verbosity(child)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("agentcore-rollouts")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def _mount_local_commands(commands: argparse._SubParsersAction) -> None:
@@ -175,39 +261,53 @@ def _connect(args: argparse.Namespace, **options: Any) -> RolloutClient:
 
 def _eval(args: argparse.Namespace) -> int:
     rows = _read_dataset(args.dataset)
-    for path, what in ((args.output, "output"), (args.journal, "journal")):
+    for path, what in ((args.output, "output"), (args.journal or args.resume, "journal")):
         if path is not None and not path.parent.is_dir():
             raise UsageError(f"{what} {path}: directory {path.parent} does not exist; create it or choose another path")
-    input_ids = _input_ids(rows, args.input_id_field, args.samples)
-    payloads = [row for row in rows for _ in range(args.samples)]
-    overrides = {"model_id": args.model_id} if args.model_id else {}
-    progress = RolloutProgress(len(payloads))
-    failures: list[BatchItem] = []
-    with _connect(args, queue_timeout=args.queue_timeout) as client, args.output.open("w", encoding="utf-8") as out:
-        items = client.run_batch(
-            payloads, args.concurrency, args.timeout, input_ids=input_ids, journal=args.journal, **overrides
+    if args.resume is not None and not args.resume.is_file():
+        raise UsageError(f"--resume {args.resume}: no such journal; give the --journal of the run to resume")
+    try:
+        plan = plan_eval(rows, _input_ids(rows, args.input_id_field), args.samples, args.resume)
+    except ValueError as exc:
+        raise UsageError(f"--resume {args.resume}: {exc}") from exc
+    if args.resume is not None and not args.quiet:
+        print(
+            f"resuming from {args.resume}: {plan.resumed} rollouts recorded there, {len(plan.todo)} to submit"
+            + (f"; {plan.strangers} recorded for rows this dataset lacks (collected too)" if plan.strangers else ""),
+            file=sys.stderr,
         )
-        for item in items:
-            out.write(json.dumps(item.to_record()) + "\n")
-            progress.update(item)
-            if not item.success and len(failures) < _FAILURES_SHOWN:
-                failures.append(item)
-    progress.close()
-    if failures:
-        print(f"{progress.failed} of {len(payloads)} rollouts failed; the first:", file=sys.stderr)
-        for item in failures:
-            print(f"  row {item.index // args.samples + 1}: {_failure_reason(item)}", file=sys.stderr)
+    with _connect(args, queue_timeout=args.queue_timeout) as client:
+        progress = run_eval(
+            client,
+            plan,
+            resume=args.resume,
+            journal=args.journal or args.resume,
+            output=args.output,
+            concurrency=args.concurrency,
+            timeout=args.timeout,
+            overrides=_rollout_overrides(args),
+            progress_mode="off" if args.quiet or args.json else "auto",
+            keep_running=args.keep_running,
+        )
+    summary = progress.summary
+    if args.json:
+        print(json.dumps({**summary.as_dict(), "output": str(args.output)}))
+    elif not args.quiet:
+        print("\n".join(summary.lines()), file=sys.stderr)
+    if summary.failed:
+        for line in summary.failure_lines(lambda item: f"row {item.index // args.samples + 1}"):
+            print(line, file=sys.stderr)
         print(f"every result, failures included, is in {args.output}", file=sys.stderr)
-    return 0 if progress.failed == 0 else 1
+    return 0 if summary.failed == 0 else 1
 
 
-def _failure_reason(item: BatchItem) -> str:
-    result = item.result
-    if result is None:
-        return item.error or "no reason given"
-    error = result.error
-    detail = f"{error.type}: {error.message}" if error is not None else result.stop_reason or "no reason given"
-    return f"{result.status.value}: {detail}"[:300]
+def _rollout_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``_rollout`` fields eval's model options set."""
+    sampling = dict(args.sampling_param)
+    if args.temperature is not None:
+        sampling["temperature"] = args.temperature
+    fields = {"model_id": args.model_id, "base_url": args.base_url, "sampling_params": sampling or None}
+    return {name: value for name, value in fields.items() if value is not None}
 
 
 def _read_dataset(path: Path) -> list[dict[str, Any]]:
@@ -253,16 +353,15 @@ def _refuse_constant(constant: str) -> Any:
     raise _NotJsonConstantError(constant)
 
 
-def _input_ids(rows: list[dict[str, Any]], field: str | None, samples: int) -> list[str | None]:
+def _input_ids(rows: list[dict[str, Any]], field: str | None) -> list[str]:
+    """Each row's input id: its ``field`` (``--input-id-field``), or one made from its position and content."""
     if field is None:
-        if samples == 1:
-            return [None] * len(rows)
-        return [input_id for input_id in (new_session_id() for _ in rows) for _ in range(samples)]
-    ids: list[str | None] = []
+        return [row_input_id(number, row) for number, row in enumerate(rows, start=1)]
+    ids = []
     for number, row in enumerate(rows, start=1):
         if field not in row:
             raise UsageError(f"dataset row {number} has no field {field!r} (given by --input-id-field)")
-        ids.extend([str(row[field])] * samples)
+        ids.append(str(row[field]))
     return ids
 
 
@@ -298,20 +397,37 @@ def _doctor(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         model_id=args.model_id,
         out=sys.stdout,
+        as_json=args.json,
     )
     return 0 if healthy else 1
 
 
 def _results(args: argparse.Namespace) -> int:
     with _connect(args) as client:
-        out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
-        try:
-            for result in client.results(args.status):
-                out.write(json.dumps(result) + "\n")
-        finally:
-            if args.output:
-                out.close()
+        results = client.results(args.status)
+        if args.output is not None:
+            with args.output.open("w", encoding="utf-8") as out:
+                for result in results:
+                    out.write(json.dumps(result) + "\n")
+            return 0
+        for result in results:
+            if args.json:
+                print(json.dumps(result))
+            else:
+                reward = "-" if result.reward is None else f"{result.reward:g}"
+                print(f"{result.status.value:<16} reward={reward:<8} {result.result_key}")
     return 0
+
+
+def _key_value(text: str) -> tuple[str, Any]:
+    """``K=V`` -> ``(K, V)``, V read as JSON when it parses (``0.9``, ``256``, ``true``), else the string."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
 
 
 def _positive_int(text: str) -> int:

@@ -244,6 +244,17 @@ class RolloutClient:
         """How many rollouts of this client have no result yet."""
         return self._poller.pending_count
 
+    def cancel_pending(self) -> int:
+        """Cancel every rollout of this client that has no result yet (as :meth:`RolloutFuture.cancel` does).
+
+        Returns:
+            How many were cancelled.
+
+        Raises:
+            SubmitError: a cancel request could not be sent.
+        """
+        return sum(future.cancel() for future in self._poller.pending())
+
     # Submitting
 
     def invoke(

@@ -104,6 +104,11 @@ class CompletionPoller:
         """How many futures wait for a result."""
         return len(self._pending)
 
+    def pending(self) -> list[RolloutFuture]:
+        """The futures waiting for a result, at this moment."""
+        with self._cond:
+            return list(self._pending.values())
+
     def register_all(self, futures: Sequence[RolloutFuture], *, finished_ok: bool = False) -> None:
         """Own ``futures``: resolve each when its result event arrives.
 

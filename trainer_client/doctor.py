@@ -13,6 +13,7 @@ in the result, the result event's SQS ``SentTimestamp``, the sessions table's st
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import time
@@ -683,13 +684,19 @@ def run_doctor(
     timeout_s: float = 120.0,
     model_id: str | None = None,
     out: TextIO,
+    as_json: bool = False,
 ) -> bool:
     """Print one line per check, then per canary hop, to ``out`` as each is known; return whether all passed.
 
-    Without a readable descriptor nothing else can be found, so the run stops there.
+    Without a readable descriptor nothing else can be found, so the run stops there. ``as_json`` prints each
+    result as one JSON object (``name``, ``ok``, ``detail``, ``fix``) instead.
     """
+
+    def report(result: CheckResult) -> None:
+        print(json.dumps(dataclasses.asdict(result)) if as_json else result.line(), file=out, flush=True)
+
     first, experiment = check_descriptor(exp_id, region=region)
-    print(first.line(), file=out, flush=True)
+    report(first)
     if experiment is None:
         return False
     ok = True
@@ -699,6 +706,6 @@ def run_doctor(
         else ()
     )
     for result in itertools.chain(diagnose(experiment), hops):
-        print(result.line(), file=out, flush=True)
+        report(result)
         ok = ok and result.ok
     return ok
