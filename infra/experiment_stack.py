@@ -154,6 +154,7 @@ class ExperimentStack(Stack):
             runtime_arn=self.agent.runtime.agent_runtime_arn,
             gateway_url=settings.gateway_url,
             function_names={role: worker.function.function_name for role, worker in self.workers.all.items()},
+            log_groups={role: worker.log_group.log_group_name for role, worker in self.workers.all.items()},
         )
         return ssm.StringParameter(
             self,

@@ -132,9 +132,16 @@ class RolloutWorkers(Construct):
         self.dispatcher.role.add_to_policy(
             iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[dispatch.dead_letter_queue.queue_arn])
         )
-        # The dispatcher HEADs a result key to skip finished rollouts: without ListBucket S3 answers 403, not 404.
+        # The dispatcher lists a result key to skip finished rollouts (a HEAD of a missing key would need
+        # ListBucket on the whole shared bucket to answer 404 rather than 403).
         self.dispatcher.role.add_to_policy(
-            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn])
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=[bucket.bucket_arn],
+                conditions={
+                    "StringLike": {"s3:prefix": [f"{experiment_prefix(exp_id)}*", f"{payload_ref_prefix(exp_id)}*"]}
+                },
+            )
         )
 
     def acknowledge_wildcards(self, *, results: str, payloads: str, runtime_endpoints: str, index: str) -> None:

@@ -81,6 +81,7 @@ QUEUE_WAIT_EXCEEDED = "QueueWaitExceeded"
 #: SQS refuses visibility timeouts above 12 hours.
 _MAX_VISIBILITY_S = 12 * 3600
 _NOT_FOUND = frozenset({"NoSuchKey", "404", "NotFound"})
+_DENIED = frozenset({"AccessDenied", "403"})
 
 
 class DispatchOutcome(StrEnum):
@@ -107,7 +108,9 @@ def slot_wait_delay_s(receive_count: int) -> float:
 
 def cancel(request: CancelRequest, rt: Runtime) -> DispatchOutcome:
     """End a rollout as ``cancelled`` unless it has a result already; the finisher then stops it."""
-    record = rt.ledger.mark_cancel_requested(request.session_id, requested_at=request.requested_at)
+    record = rt.ledger.mark_cancel_requested(
+        request.session_id, requested_at=request.requested_at, trainer=request.trainer
+    )
     timings = Timings(
         submitted_at=record.submitted_at if record else None,
         dispatched_at=record.dispatched_at if record else None,
@@ -345,7 +348,7 @@ def _load_payload(request: DispatchRequest, rt: Runtime) -> dict[str, Any] | Err
     try:
         return _payload(request, rt)
     except (ClientError, ValueError) as exc:
-        return _payload_error(request, exc)
+        return _payload_error(request, exc, rt)
 
 
 def _payload(request: DispatchRequest, rt: Runtime) -> dict[str, Any]:
@@ -362,10 +365,12 @@ def _payload(request: DispatchRequest, rt: Runtime) -> dict[str, Any]:
     return payload
 
 
-def _payload_error(request: DispatchRequest, exc: ClientError | ValueError) -> ErrorInfo:
+def _payload_error(request: DispatchRequest, exc: ClientError | ValueError, rt: Runtime) -> ErrorInfo:
     if isinstance(exc, ClientError):
         code = exc.response.get("Error", {}).get("Code", "")
-        if code not in _NOT_FOUND:
+        # A missing key is 403 to a caller that may not list the whole bucket: a list of the key settles it.
+        missing = code in _NOT_FOUND or (code in _DENIED and not rt.store.exists(str(request.payload_ref)))
+        if not missing:
             raise exc
         return ErrorInfo(type="PayloadNotFound", message=f"no payload at s3 key {request.payload_ref}")
     return ErrorInfo(type="InvalidPayload", message=str(exc))

@@ -49,6 +49,7 @@ from rollout_contract.sessions import (
     ATTR_STATE,
     ATTR_STATUS,
     ATTR_SUBMITTED_AT,
+    ATTR_TRAINER,
     INFLIGHT_MARK,
     SessionState,
 )
@@ -245,18 +246,27 @@ class Ledger:
             return Started(Admission.STATE_CHANGED, _record_or_none(failed.items[0]))
         return Started(Admission.NO_SLOT)
 
-    def mark_cancel_requested(self, session_id: str, *, requested_at: float) -> SessionRecord | None:
-        """Note a cancel on the rollout's item (creating it if need be); return the item as it was.
+    def mark_cancel_requested(
+        self, session_id: str, *, requested_at: float, trainer: str | None = None
+    ) -> SessionRecord | None:
+        """Note a cancel on the rollout's item (creating it if need be, owned by ``trainer``); return the item as
+        it was.
 
         Called before the ``cancelled`` result is written, so a start that finds no item at all knows that
         no result exists (see ``sessions.ATTR_CANCEL_REQUESTED_AT``).
         """
+        names = {"#cancel": ATTR_CANCEL_REQUESTED_AT, "#ttl": TTL_ATTRIBUTE}
+        values = {":at": _n(requested_at), ":ttl": _n(int(requested_at) + RECORD_TTL_S)}
+        expression = "SET #cancel = if_not_exists(#cancel, :at), #ttl = if_not_exists(#ttl, :ttl)"
+        if trainer is not None:
+            names["#trainer"], values[":trainer"] = ATTR_TRAINER, _s(trainer)
+            expression += ", #trainer = if_not_exists(#trainer, :trainer)"
         response = self._dynamodb.update_item(
             TableName=self._sessions,
             Key=_key(session_id),
-            UpdateExpression="SET #cancel = if_not_exists(#cancel, :at), #ttl = if_not_exists(#ttl, :ttl)",
-            ExpressionAttributeNames={"#cancel": ATTR_CANCEL_REQUESTED_AT, "#ttl": TTL_ATTRIBUTE},
-            ExpressionAttributeValues={":at": _n(requested_at), ":ttl": _n(int(requested_at) + RECORD_TTL_S)},
+            UpdateExpression=expression,
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
             ReturnValues="ALL_OLD",
         )
         return _record_or_none(response.get("Attributes"))
@@ -645,9 +655,17 @@ def _create(
         TTL_ATTRIBUTE: _n(int(request.deadline_at) + RECORD_TTL_S),
         **attributes,
     }
+    if request.trainer is not None:
+        values[ATTR_TRAINER] = _s(request.trainer)
     names = [*values, *(name for name in absent if name not in values)]
     placeholders = {name: f"#a{index}" for index, name in enumerate(names)}
-    assignments = ", ".join(f"{placeholders[name]} = :a{index}" for index, name in enumerate(values))
+    assignments = ", ".join(
+        # A trainer that attached the rollout before it was recorded (a resend) keeps it.
+        f"{placeholders[name]} = if_not_exists({placeholders[name]}, :a{index})"
+        if name == ATTR_TRAINER
+        else f"{placeholders[name]} = :a{index}"
+        for index, name in enumerate(values)
+    )
     return {
         "TableName": table,
         "Key": _key(request.session_id),

@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from rollout_contract.keys import ResultKey
 
 _PRECONDITION_FAILED = "PreconditionFailed"
-_NOT_FOUND = frozenset({"404", "NoSuchKey", "NotFound"})
 
 
 class Stored(NamedTuple):
@@ -54,15 +53,14 @@ class ResultStore:
         with body:
             return RolloutResult.from_json_bytes(body.read())
 
-    def exists(self, key: ResultKey) -> bool:
-        """Whether a result object exists for ``key``."""
-        try:
-            self._s3.head_object(Bucket=self.bucket, Key=str(key))
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] in _NOT_FOUND:
-                return False
-            raise
-        return True
+    def exists(self, key: ResultKey | str) -> bool:
+        """Whether an object is stored at ``key``: a list of the key itself.
+
+        Not a HEAD: S3 answers a read of a missing key with 404 only to a caller that may list the whole
+        bucket; the functions may list only their experiment's prefixes, and get 403.
+        """
+        listed = self._s3.list_objects_v2(Bucket=self.bucket, Prefix=str(key), MaxKeys=1).get("Contents", [])
+        return any(entry["Key"] == str(key) for entry in listed)
 
     def read_payload(self, payload_key: str) -> dict[str, Any]:
         """Read a payload parked by the trainer at ``payload_key`` (a JSON object).

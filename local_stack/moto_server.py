@@ -20,13 +20,16 @@ from local_stack._process import LOCALHOST, ManagedProcess, free_port, http_read
 __all__ = [
     "DUMMY_CREDENTIALS",
     "EMULATOR_SERVICES",
+    "LOCAL_ACCESS_KEYS",
     "LOCAL_ACCOUNT_ID",
     "LOCAL_REGION",
     "MOTO_SERVICES",
     "aws_env",
     "copy_only_touched_items",
+    "credentials",
     "endpoints_for",
     "fast_sqs",
+    "forbid_missing_keys",
     "forget_model_instances",
     "moto_process",
     "prompt_revisible_messages",
@@ -52,8 +55,27 @@ EMULATOR_SERVICES: Mapping[str, str] = {
     "bedrock-agentcore": "BEDROCK_AGENTCORE",
     "bedrock-agentcore-control": "BEDROCK_AGENTCORE_CONTROL",
 }
+#: Access keys of the local stack, one per component (moto accepts any key), so the server can tell callers apart.
+#: Only the administrator's (provisioning, tests, benchmarks) holds bucket-wide ``s3:ListBucket``, as the deploying
+#: identity does in AWS; no component's role does (``infra/``), so each gets S3's 403 for a missing key.
+LOCAL_ACCESS_KEYS: Mapping[str, str] = {
+    "admin": "local-stack",
+    "trainer": "local-trainer",
+    "dispatcher": "local-dispatcher",
+    "finisher": "local-finisher",
+    "sweeper": "local-sweeper",
+    "agent": "local-agent",
+}
 # Dummy credentials: moto accepts any, and they keep boto3 from looking for real ones.
-DUMMY_CREDENTIALS: Mapping[str, str] = {"AWS_ACCESS_KEY_ID": "local-stack", "AWS_SECRET_ACCESS_KEY": "local-stack"}
+DUMMY_CREDENTIALS: Mapping[str, str] = {
+    "AWS_ACCESS_KEY_ID": LOCAL_ACCESS_KEYS["admin"],
+    "AWS_SECRET_ACCESS_KEY": "local-stack",
+}
+
+
+def credentials(component: str) -> dict[str, str]:
+    """The dummy credentials of ``component`` (a key of :data:`LOCAL_ACCESS_KEYS`)."""
+    return {**DUMMY_CREDENTIALS, "AWS_ACCESS_KEY_ID": LOCAL_ACCESS_KEYS[component]}
 
 
 def endpoints_for(moto_url: str, emulator_url: str | None = None) -> dict[str, str]:
@@ -64,14 +86,14 @@ def endpoints_for(moto_url: str, emulator_url: str | None = None) -> dict[str, s
     return endpoints
 
 
-def aws_env(moto_url: str, emulator_url: str | None = None) -> dict[str, str]:
-    """Environment that points boto3 at the local stack: endpoints, dummy credentials, region.
+def aws_env(moto_url: str, emulator_url: str | None = None, *, component: str = "admin") -> dict[str, str]:
+    """Environment that points boto3 at the local stack: endpoints, ``component``'s dummy credentials, region.
 
     ``AWS_ENDPOINT_URL`` catches every service not listed; ``bedrock-agentcore`` and
     ``bedrock-agentcore-control`` go to the emulator.
     """
     env = {"AWS_ENDPOINT_URL": moto_url, "AWS_REGION": LOCAL_REGION, "AWS_DEFAULT_REGION": LOCAL_REGION}
-    env.update(DUMMY_CREDENTIALS)
+    env.update(credentials(component))
     for service, url in endpoints_for(moto_url, emulator_url).items():
         env[f"AWS_ENDPOINT_URL_{MOTO_SERVICES.get(service) or EMULATOR_SERVICES[service]}"] = url
     return env
@@ -83,7 +105,7 @@ def moto_process(log_path: Path, base_env: Mapping[str, str], *, port: int | Non
     The server's account id is :data:`LOCAL_ACCOUNT_ID`, so queue and rule ARNs match the emulator's. It is
     moto's own server, started through this module's ``__main__`` so that :func:`report_eventbridge_switch`,
     :func:`serialize_dynamodb`, :func:`copy_only_touched_items`, :func:`prompt_revisible_messages`,
-    :func:`fast_sqs` and :func:`forget_model_instances` apply.
+    :func:`fast_sqs`, :func:`forget_model_instances` and :func:`forbid_missing_keys` apply.
     """
     port = port or free_port()
     url = f"http://{LOCALHOST}:{port}"
@@ -329,6 +351,45 @@ def quick_dispatch() -> None:
     setattr(DomainDispatcherApplication, "get_backend_for_host", get_backend_for_host)  # noqa: B010 - a method, for mypy
 
 
+def forbid_missing_keys(listers: frozenset[str] = frozenset({LOCAL_ACCESS_KEYS["admin"]})) -> None:
+    """Answer GetObject and HeadObject of a missing key with 403 ``AccessDenied`` unless the caller may list the bucket.
+
+    S3 returns 404 for a missing key only to a caller holding ``s3:ListBucket`` for that request; a grant
+    conditioned on ``s3:prefix`` does not apply (GetObject carries no prefix), so such callers get 403. moto
+    answers 404 to everyone, which hid code that needs a 404. ``listers`` are the access keys (from the request's
+    signature) that hold bucket-wide ``ListBucket``; every other caller gets AWS's 403.
+    """
+    from moto.s3.exceptions import MissingKey, S3AccessDeniedError
+    from moto.s3.responses import S3Response
+
+    get, head = S3Response.get_object, S3Response.head_object
+    if getattr(get, "forbids_missing", False):
+        return
+
+    def may_list(response: Any) -> bool:
+        authorization = response.headers.get("Authorization") or ""
+        credential = authorization.partition("Credential=")[2] or response.querystring.get("X-Amz-Credential", [""])[0]
+        return credential.partition("/")[0] in listers
+
+    def get_object(self: Any) -> Any:
+        try:
+            return get(self)
+        except MissingKey:
+            if may_list(self):
+                raise
+            raise S3AccessDeniedError() from None
+
+    def head_object(self: Any, *args: Any, **kwargs: Any) -> Any:
+        status, headers, body = head(self, *args, **kwargs)
+        if status == 404 and not may_list(self):
+            return 403, headers, body
+        return status, headers, body
+
+    get_object.forbids_missing = True  # type: ignore[attr-defined]
+    setattr(S3Response, "get_object", get_object)  # noqa: B010 - a method, for mypy
+    setattr(S3Response, "head_object", head_object)  # noqa: B010 - a method, for mypy
+
+
 if __name__ == "__main__":
     from moto.server import main
 
@@ -339,4 +400,5 @@ if __name__ == "__main__":
     fast_sqs()
     quick_dispatch()
     forget_model_instances()
+    forbid_missing_keys()
     main()

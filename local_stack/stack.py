@@ -35,10 +35,10 @@ from local_stack.hosting import DEFAULT_AGENT_NAME, validate_agent_name
 from local_stack.model_endpoint import EndpointSettings
 from local_stack.model_endpoint.process import model_endpoint_process
 from local_stack.moto_server import (
-    DUMMY_CREDENTIALS,
     LOCAL_ACCOUNT_ID,
     LOCAL_REGION,
     aws_env,
+    credentials,
     endpoints_for,
     moto_process,
 )
@@ -214,7 +214,8 @@ class LocalStack:
             emulator.wait_ready(s.ready_timeout_s)
             self.emulator_url = emulator.url
         moto.wait_ready(s.ready_timeout_s)
-        self.env = aws_env(moto_url, self.emulator_url)
+        # A process of this stack's caller is a trainer (clients, `rollouts local status --env`).
+        self.env = aws_env(moto_url, self.emulator_url, component="trainer")
         self._provision()
         child_env = {**base_env, **self.env}
         if s.workers:
@@ -257,7 +258,7 @@ class LocalStack:
             "AWS_REGION": LOCAL_REGION,
             "AWS_DEFAULT_REGION": LOCAL_REGION,
             "PYTHONPATH": str(PROJECT_ROOT),
-            **DUMMY_CREDENTIALS,
+            **credentials("agent"),
         }
         runtimes = [
             {
@@ -345,7 +346,7 @@ class LocalStack:
                 str(ready_file),
             ],
             log_path=self.run_dir / f"{name}.log",
-            env=dict(env),
+            env={**env, **credentials(roles[0])},
             cwd=PROJECT_ROOT,
             ready=ready_file.exists,
         )

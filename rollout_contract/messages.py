@@ -107,6 +107,8 @@ class _QueueMessage(BaseModel):
     exp_id: str
     input_id: str
     session_id: str
+    #: The trainer that sent it (``sessions.ATTR_TRAINER``); ``None`` from trainers older than ownership.
+    trainer: str | None = None
 
     @field_validator("exp_id")
     @classmethod

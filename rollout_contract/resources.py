@@ -197,7 +197,8 @@ class ExperimentDescriptor(BaseModel):
 
     ``endpoints`` maps boto3 service names to endpoint URLs for the local stack; it is empty in AWS.
     ``function_names`` maps each of :data:`FUNCTION_ROLES` to its Lambda function name (the ``FunctionName``
-    dimension of its ``AWS/Lambda`` metrics); empty in descriptors published before it existed.
+    dimension of its ``AWS/Lambda`` metrics), ``log_groups`` to the CloudWatch log group it writes to (named by
+    CloudFormation); both empty in descriptors published before they existed, and ``log_groups`` locally.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -214,6 +215,7 @@ class ExperimentDescriptor(BaseModel):
     gateway_url: str | None = None
     endpoints: dict[str, str] = Field(default_factory=dict)
     function_names: dict[str, str] = Field(default_factory=dict)
+    log_groups: dict[str, str] = Field(default_factory=dict)
 
     @property
     def resources(self) -> ExperimentResources:

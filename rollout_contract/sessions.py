@@ -39,3 +39,16 @@ ATTR_LEASE_UNTIL = "lease_until"
 # the start message leaves an item without ``state`` (no rollout recorded yet): the start then knows that a
 # result may exist, and a start that records a brand-new item knows that none does.
 ATTR_CANCEL_REQUESTED_AT = "cancel_requested_at"
+
+# The trainer (``RolloutClient``) a rollout belongs to: its result event is for that trainer's poller. Written
+# once, when the rollout is recorded (from ``DispatchRequest.trainer``); ``attach`` moves it to the resuming one.
+ATTR_TRAINER = "trainer"
+# A trainer's lease lives in the same table, under its own key: a trainer is alive while ``alive_until`` (unix s)
+# is ahead. Session ids hold no '#', so the key never names a rollout.
+TRAINER_ITEM_PREFIX = "trainer#"
+ATTR_ALIVE_UNTIL = "alive_until"
+
+
+def trainer_item_key(trainer_id: str) -> str:
+    """The sessions-table key of trainer ``trainer_id``'s lease item."""
+    return f"{TRAINER_ITEM_PREFIX}{trainer_id}"

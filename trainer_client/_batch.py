@@ -1,8 +1,8 @@
 """``run_batch`` and ``run_batch_async`` (ART's ``BatchResult``, ``AsyncBatchResult``): one core, two ways of waiting.
 
 The core keeps at most ``max_concurrent_sessions`` rollouts in flight, submits in batched sends as
-slots free up, turns finished futures into :class:`BatchItem` objects, and fails an item locally when
-no result (not even the sweeper's ``timed_out``) came ``deadline_grace_s`` after its deadline. The sync
+slots free up and turns finished futures into :class:`BatchItem` objects (a future whose result event
+never came is settled by the client's deadline fallback, ``trainer_client._deadlines``). The sync
 iterator waits on a ``threading.Event``, the async one on an ``asyncio.Event``; both are woken by the
 futures' done callbacks, so a completion costs O(1) whatever the number in flight.
 """
@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
 import itertools
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from concurrent.futures import InvalidStateError
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainer_client._exceptions import RolloutError, RolloutTimeoutError
+from trainer_client._exceptions import RolloutError
 from trainer_client._future import RolloutFuture
 from trainer_client._results import ClientResult
 
@@ -47,7 +45,7 @@ class BatchItem:
 
     Attributes:
         success: the rollout succeeded.
-        result: its result (``None`` only when none arrived: submit failure or local deadline).
+        result: its result (``None`` only when none arrived: submit failure, or nothing stored after the deadline).
         error: why it failed (``"AgentError: rollout ... ended agent_error: ..."``), ``None`` on success.
         index: position of its payload in the input.
         elapsed: seconds from submission to completion.
@@ -127,11 +125,8 @@ class _BatchCore:
         self._client = client
         self._source = enumerate(pairs)
         self._settings = settings
-        self._grace = client.poll_settings.deadline_grace_s
         self._in_flight: dict[RolloutFuture, int] = {}
         self._done: deque[RolloutFuture] = deque()
-        self._deadlines: list[tuple[float, int, RolloutFuture]] = []
-        self._order = itertools.count()
         self._exhausted = False
         self._finished_count = 0
         self._next_log = time.monotonic() + settings.log_interval
@@ -160,7 +155,6 @@ class _BatchCore:
         )
         for (index, _), future in zip(batch, futures, strict=True):
             self._in_flight[future] = index
-            heapq.heappush(self._deadlines, (future.deadline_at or float("inf"), next(self._order), future))
             future.add_done_callback(self._on_done)
 
     def _on_done(self, future: RolloutFuture) -> None:
@@ -177,23 +171,8 @@ class _BatchCore:
         return items
 
     def next_wait(self) -> float | None:
-        """Fail items past deadline + grace, log the status when due; seconds until the next such moment."""
-        now = time.time()
+        """Log the status when due; seconds until the next status line (``None``: nothing in flight)."""
         wait = self._log_status_when_due()
-        while self._deadlines:
-            deadline, _, future = self._deadlines[0]
-            if future.done():
-                heapq.heappop(self._deadlines)
-            elif deadline + self._grace <= now:
-                heapq.heappop(self._deadlines)
-                error = RolloutTimeoutError(
-                    f"no result for rollout {future.session_id} {self._grace:.0f} s after its deadline; "
-                    "is the sweeper running?"
-                )
-                with contextlib.suppress(InvalidStateError):
-                    future.set_exception(error)
-            else:
-                return min(deadline + self._grace - now, wait)
         return None if wait == float("inf") else wait
 
     def _log_status_when_due(self) -> float:

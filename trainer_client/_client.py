@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
+import uuid
 from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,13 +54,16 @@ from trainer_client._config import (
     TraceSettings,
     rollout_fields,
 )
+from trainer_client._deadlines import DeadlineWatch
 from trainer_client._exceptions import AwsError, ExperimentNotFoundError, SubmitError
 from trainer_client._future import RolloutFuture
 from trainer_client._grpo import FailurePolicy, RolloutGroup, iter_groups, iter_groups_async
 from trainer_client._journal import Journal, read_journal_entries
+from trainer_client._owners import Ownership
 from trainer_client._poller import CompletionPoller
 from trainer_client._results import ClientResult
 from trainer_client._status import ExperimentStatus, iter_results, read_status
+from trainer_client._stored import read_if_stored
 from trainer_client._traces import TraceReader, session_base_url
 from trainer_client._validate import check_json, check_payload
 
@@ -172,8 +177,36 @@ class RolloutClient:
             if gateway_url
             else None
         )
+        #: This client's trainer id: the dispatcher records it on each rollout it submits (see ``_owners``).
+        self.trainer_id = uuid.uuid4().hex
+        dynamodb, table = self._clients.dynamodb, self.resources.sessions_table.name
+        self._ownership = (
+            Ownership(
+                dynamodb, table, trainer_id=self.trainer_id, lease_s=poll.lease_s, lease_cache_s=poll.lease_cache_s
+            )
+            if dynamodb is not None
+            else None
+        )
         self._poller = CompletionPoller(
-            self._clients.sqs, self.completion_queue_url, self._load_event, poll, name=f"rollouts-poller-{exp_id}"
+            self._clients.sqs,
+            self.completion_queue_url,
+            self._load_event,
+            poll,
+            name=f"rollouts-poller-{exp_id}",
+            ownership=self._ownership,
+        )
+        self._deadlines = (
+            DeadlineWatch(
+                dynamodb,
+                table,
+                exp_id=self.exp_id,
+                read_stored=self._read_key,
+                settle=self._settle,
+                grace_s=poll.deadline_grace_s,
+                reads_per_s=poll.fallback_reads_per_s,
+            )
+            if dynamodb is not None
+            else None
         )
         self.poll_settings = poll
 
@@ -330,6 +363,8 @@ class RolloutClient:
             requests.append(self._request(payload, session_id, input_id, timeout, fields))
         futures = [self._future(request) for request in requests]
         self._poller.register_all(futures)
+        for request, future in zip(requests, futures, strict=True):
+            self._watch(future, request)
         given = [future for future, session_id in zip(futures, session_ids, strict=True) if session_id is not None]
         stored = self._resolve_stored(given)
         to_send = [(r, f) for r, f in zip(requests, futures, strict=True) if f not in stored]
@@ -356,6 +391,7 @@ class RolloutClient:
             exp_id=self.exp_id,
             input_id=input_id,
             session_id=session_id,
+            trainer=self.trainer_id,
             payload=payload,
             rollout=rollout,
             timeout_s=timeout,
@@ -380,13 +416,11 @@ class RolloutClient:
         requests: Sequence[DispatchRequest],
         futures: Sequence[RolloutFuture],
         journal: Journal | None = None,
-        bodies: Sequence[str] | None = None,
     ) -> None:
         """Send requests in batches, retrying refusals; what stays refused fails its future with ``SubmitError``."""
-        bodies = bodies if bodies is not None else [request.to_body() for request in requests]
         pending = {
-            request.session_id: (str(request.key), body, future)
-            for request, body, future in zip(requests, bodies, futures, strict=True)
+            request.session_id: (str(request.key), request.to_body(), future)
+            for request, future in zip(requests, futures, strict=True)
         }
         for attempt in range(_SUBMIT_ATTEMPTS):
             failures: dict[str, str] = {}
@@ -428,7 +462,9 @@ class RolloutClient:
     def _send_cancel(self, future: RolloutFuture) -> None:
         if future.input_id is None:
             raise ValueError(f"rollout {future.session_id} was attached by session id alone; cancel needs its input id")
-        request = CancelRequest(exp_id=self.exp_id, input_id=future.input_id, session_id=future.session_id)
+        request = CancelRequest(
+            exp_id=self.exp_id, input_id=future.input_id, session_id=future.session_id, trainer=self.trainer_id
+        )
         try:
             self._clients.sqs.send_message(QueueUrl=self.dispatch_queue_url, MessageBody=request.to_body())
         except (BotoCoreError, BotoClientError) as exc:
@@ -439,7 +475,9 @@ class RolloutClient:
     def attach(self, rollouts: Iterable[str | ResultKey]) -> list[RolloutFuture]:
         """Collect results of rollouts submitted earlier, e.g. by a process that restarted.
 
-        Each result already stored is read once (GetObject); the others arrive as events.
+        The rollouts become this client's first (their result events come here from now on, see
+        ``trainer_client._owners``); then each result already stored is read once (GetObject), and the
+        others arrive as events, or are read once their deadline has passed.
 
         Args:
             rollouts: result keys (``exp_id/input_id/session_id.json`` or :class:`ResultKey`) or bare
@@ -447,17 +485,32 @@ class RolloutClient:
 
         Raises:
             ValueError: a key of another experiment.
-            AwsError: a stored result could not be read.
+            AwsError: the rollouts could not be claimed, or a stored result could not be read.
         """
-        futures: list[RolloutFuture] = []
+        keys = []
         for rollout in rollouts:
             key = rollout if isinstance(rollout, ResultKey) else _parse_rollout(rollout, self.exp_id)
             if key.exp_id != self.exp_id:
                 raise ValueError(f"{key} belongs to exp_id {key.exp_id!r}, not this client's {self.exp_id!r}")
-            on_cancel = self._send_cancel if key.input_id else None
-            futures.append(RolloutFuture(key, self.s3_bucket, on_cancel=on_cancel))
+            keys.append(key)
+        return self._attach(keys, {})
+
+    def _attach(self, keys: Sequence[ResultKey], requests: Mapping[str, DispatchRequest]) -> list[RolloutFuture]:
+        """Own, claim and read ``keys``; ``requests`` (by session id) say when each rollout is due at the latest."""
+        futures = [
+            RolloutFuture(key, self.s3_bucket, on_cancel=self._send_cancel if key.input_id else None) for key in keys
+        ]
         self._poller.register_all(futures, finished_ok=True)
+        if self._ownership is not None:
+            with aws_call(f"claiming {len(futures)} rollout(s) of experiment {self.exp_id!r} for this client"):
+                self._ownership.claim(future.session_id for future in futures)
         self._resolve_stored([future for future in futures if future.input_id])
+        now = time.time()
+        for future in futures:
+            request = requests.get(future.session_id)
+            if request is not None:
+                future.deadline_at = request.deadline_at
+            self._watch(future, request, attached_at=now)
         return futures
 
     def attach_journal(self, path: str | Path) -> list[RolloutFuture]:
@@ -468,33 +521,51 @@ class RolloutClient:
         :class:`SubmitError`.
         """
         entries = read_journal_entries(path)
-        futures = self.attach(entry.key for entry in entries)
-        unsent: list[tuple[DispatchRequest, str, RolloutFuture]] = []
+        requests: dict[str, DispatchRequest] = {}
+        for entry in entries:
+            request = parse_dispatch_message(entry.request) if entry.request is not None else None
+            if isinstance(request, DispatchRequest):
+                # A resent request names this client as its trainer (the claim above made it so already).
+                requests[request.session_id] = request.model_copy(update={"trainer": self.trainer_id})
+        futures = self._attach([entry.key for entry in entries], requests)
+        unsent: list[tuple[DispatchRequest, RolloutFuture]] = []
         for entry, future in zip(entries, futures, strict=True):
             if future.done():
                 continue
             if entry.refused:
                 self._poller.fail(future, SubmitError(f"the dispatch queue refused rollout {future.session_id}"))
-            elif not entry.sent and entry.request is not None:
-                request = parse_dispatch_message(entry.request)
-                if isinstance(request, DispatchRequest):
-                    future.deadline_at = request.deadline_at
-                    unsent.append((request, entry.request, future))
+            elif not entry.sent and future.session_id in requests:
+                unsent.append((requests[future.session_id], future))
         if unsent:
             logger.warning("journal %s: resending %d request(s) not known to be sent", path, len(unsent))
-            journal = Journal(path)
-            self._send([r for r, _, _ in unsent], [f for _, _, f in unsent], journal, [b for _, b, _ in unsent])
+            self._send([r for r, _ in unsent], [f for _, f in unsent], Journal(path))
         return futures
 
+    def _watch(self, future: RolloutFuture, request: DispatchRequest | None, *, attached_at: float = 0.0) -> None:
+        """Have the deadline fallback check ``future`` if its event has not come by its deadline (+ grace)."""
+        if self._deadlines is None:
+            return
+        if request is not None:
+            timing = {"timeout_s": request.timeout_s, "submitted_at": request.submitted_at}
+            self._deadlines.watch(future, latest=request.deadline_at, **timing)
+            return
+        latest = attached_at + DEFAULT_QUEUE_TIMEOUT_S + DEFAULT_ROLLOUT_TIMEOUT_S
+        self._deadlines.watch(future, timeout_s=None, submitted_at=attached_at, latest=latest)
+
+    def _settle(self, future: RolloutFuture, outcome: ClientResult | BaseException) -> None:
+        if isinstance(outcome, BaseException):
+            self._poller.fail(future, outcome)
+        else:
+            self._poller.resolve(future, outcome)
+
     def _read_stored(self, future: RolloutFuture) -> ClientResult | None:
-        try:
-            with aws_call(f"reading s3://{self.s3_bucket}/{future.result_key}"):
-                body = self._clients.s3.get_object(Bucket=self.s3_bucket, Key=future.result_key)["Body"].read()
-        except AwsError as exc:
-            if exc.code in ("NoSuchKey", "404"):
-                return None
-            raise
-        return self._with_traces(ClientResult.from_json_bytes(body))
+        return self._read_key(future.result_key) if future.result_key else None
+
+    def _read_key(self, key: str) -> ClientResult | None:
+        """The result stored at ``key`` with its traces, or ``None`` when none is stored (S3's 403 rule included)."""
+        with aws_call(f"reading s3://{self.s3_bucket}/{key}"):
+            body = read_if_stored(self._clients.s3, self.s3_bucket, key)
+        return self._with_traces(ClientResult.from_json_bytes(body)) if body is not None else None
 
     def _load_event(self, event: ObjectCreated) -> ClientResult:
         # The event names the session: read its token traces while the result object is read.
@@ -659,6 +730,8 @@ class RolloutClient:
 
     def close(self) -> None:
         """Stop the poller (futures still pending fail with ``ClientClosedError``) and release connections."""
+        if self._deadlines is not None:
+            self._deadlines.close()
         self._poller.close()
         if self._traces is not None:
             self._traces.close()

@@ -33,8 +33,13 @@ class PollSettings(NamedTuple):
         remember: how many finished session ids are kept to recognize duplicate events.
         idle_backoff_s: pause after a receive that held only other processes' messages, so that two
             trainers on one experiment do not spin handing messages back and forth.
-        deadline_grace_s: how long after a rollout's deadline a batch still waits for the sweeper's
-            ``timed_out`` result before failing the item locally.
+        deadline_grace_s: how long after a rollout's deadline its result (the agent's, or the sweeper's
+            ``timed_out``, which it writes within a minute) may still come; past it, a future whose event never
+            came reads the stored result itself, and fails with ``RolloutTimeoutError`` if there is none.
+        fallback_reads_per_s: stored results those late futures read per second at most.
+        lease_s: how long this client's trainer lease lasts (renewed every quarter while rollouts are
+            pending); events of a trainer whose lease ran out are deleted by other trainers' pollers.
+        lease_cache_s: how long another trainer's lease, once read, is believed.
         unavailable_after_s: how long the completion queue or the results bucket may stay unreachable
             before pending futures fail with ``StoreUnavailableError``.
         receivers: receiver threads; one long-polls at a time and hands the listening over when its receive
@@ -46,9 +51,12 @@ class PollSettings(NamedTuple):
     fetch_workers: int = 8
     remember: int = 1 << 17
     idle_backoff_s: float = 0.2
-    deadline_grace_s: float = 180.0
+    deadline_grace_s: float = 120.0
     unavailable_after_s: float = 120.0
     receivers: int = 2
+    fallback_reads_per_s: float = 20.0
+    lease_s: float = 120.0
+    lease_cache_s: float = 5.0
 
 
 class TraceSettings(NamedTuple):

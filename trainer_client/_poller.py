@@ -3,9 +3,11 @@
 Each message is an S3 "Object Created" event for a result object. The poller looks the session id up
 among the futures it owns (a dict: O(1)), loads the result in a small thread pool, resolves the
 future and deletes the messages in batches. Events for rollouts this process finished recently are
-duplicates and are deleted. Events for rollouts it does not own belong to another trainer process
-(or to a later ``attach``): they are handed back at once (visibility 0), never deleted. The poller
-receives only while it owns pending futures, so an idle client takes nothing from the queue.
+duplicates and are deleted. An event for a rollout it does not own goes back at once (visibility 0) when a
+live trainer owns it, and is deleted when none will claim it (:mod:`trainer_client._owners`: its trainer's
+lease ran out, or no trainer of ours recorded it, e.g. an ART client's): its result stays in S3 for
+``attach``. While it has pending futures the poller keeps its own trainer lease alive. It receives only
+while it owns pending futures, so an idle client takes nothing from the queue.
 
 When the queue or the bucket cannot be reached (an outage, revoked credentials, a stopped local stack),
 the poller says so once, backs off (1 s doubling to 30 s) and, after ``unavailable_after_s``, fails the
@@ -40,6 +42,7 @@ from rollout_contract import (
 from trainer_client._config import PollSettings
 from trainer_client._exceptions import ClientClosedError, DuplicateSessionError, RolloutError, StoreUnavailableError
 from trainer_client._future import RolloutFuture
+from trainer_client._owners import Claim, Ownership
 from trainer_client._results import ClientResult
 
 __all__ = ["CompletionPoller"]
@@ -59,6 +62,8 @@ class Handled(NamedTuple):
     owned: int
     #: A result object could not be read (the store may be unreachable): its event goes back to the queue.
     load_failed: bool
+    #: Messages handed back to other trainers.
+    handed_back: int = 0
 
 
 class CompletionPoller:
@@ -70,10 +75,22 @@ class CompletionPoller:
         load: reads the result object an event names (GetObject, traces).
         settings: poll settings.
         name: thread name.
+        ownership: this client's lease and whose other events are (``None``: hand back every event of another
+            trainer, as before ownership; clients built without DynamoDB).
     """
 
-    def __init__(self, sqs: Any, queue_url: str, load: Loader, settings: PollSettings, *, name: str) -> None:
+    def __init__(
+        self,
+        sqs: Any,
+        queue_url: str,
+        load: Loader,
+        settings: PollSettings,
+        *,
+        name: str,
+        ownership: Ownership | None = None,
+    ) -> None:
         self._sqs = sqs
+        self._ownership = ownership
         self._queue_url = queue_url
         self._load = load
         self._settings = settings
@@ -148,6 +165,7 @@ class CompletionPoller:
                 for thread in self._threads:
                     thread.start()
             self._cond.notify_all()
+        self._keep_alive()
         for future in futures:
             future.add_done_callback(self._forget)
 
@@ -196,6 +214,8 @@ class CompletionPoller:
         for future in pending:
             self.fail(future, ClientClosedError(f"client closed before rollout {future.session_id} ended"))
         self._fetchers.shutdown(wait=False)
+        if self._ownership is not None:
+            self._ownership.release()
 
     def _run(self, index: int) -> None:
         """One receiver's loop: listen when it may (see :meth:`_may_listen`), then handle what came."""
@@ -230,9 +250,19 @@ class CompletionPoller:
                 self._store_failed(None)
                 continue
             self._store_reachable(started)
-            if messages and not handled.owned:
+            self._keep_alive()
+            if handled.handed_back and not handled.owned:
                 with self._cond:
                     self._quiet_until = time.monotonic() + self._settings.idle_backoff_s
+
+    def _keep_alive(self) -> None:
+        """Renew this client's trainer lease when due (a failed renewal is retried after the next receive)."""
+        if self._ownership is None:
+            return
+        try:
+            self._ownership.keep_alive()
+        except _AWS_ERRORS as exc:
+            logger.warning("completion poller: could not renew the trainer lease (%s); retrying", exc)
 
     def _may_listen(self, index: int) -> bool:
         """Whether receiver ``index`` may start a receive now (called under the lock).
@@ -322,6 +352,7 @@ class CompletionPoller:
         """
         to_delete: list[dict[str, Any]] = []
         to_return: list[dict[str, Any]] = []
+        foreign: list[tuple[dict[str, Any], str]] = []
         owned: list[tuple[dict[str, Any], RolloutFuture, ObjectCreated]] = []
         with self._cond:
             self._listening -= listened
@@ -344,9 +375,11 @@ class CompletionPoller:
                 elif future is not None or session_id in self._finished:
                     to_delete.append(message)  # a duplicate of an event in hand, or of one already handled
                 else:
-                    to_return.append(message)
+                    foreign.append((message, session_id))
             self._handling += 1
         try:
+            for (message, _), claim in zip(foreign, self._claims([sid for _, sid in foreign]), strict=True):
+                (to_delete if claim in (Claim.MINE, Claim.ORPHAN) else to_return).append(message)
             load_failed = False
             for entry, loaded in zip(owned, self._settle_all(owned), strict=True):
                 (to_delete if loaded else to_return).append(entry[0])
@@ -358,7 +391,18 @@ class CompletionPoller:
                 self._claimed.difference_update(future.session_id for _, future, _ in owned)
                 self._handling -= 1
                 self._cond.notify_all()
-        return Handled(owned=len(owned), load_failed=load_failed)
+        return Handled(owned=len(owned), load_failed=load_failed, handed_back=len(to_return))
+
+    def _claims(self, session_ids: list[str]) -> list[Claim]:
+        """Whose each foreign event is (read in the fetch pool); without ownership, every one is another's."""
+        if self._ownership is None or not session_ids:
+            return [Claim.LIVE] * len(session_ids)
+        try:
+            return list(self._fetchers.map(self._ownership.whose, session_ids))
+        except RuntimeError:
+            if not self._closed:
+                raise
+            return [Claim.LIVE] * len(session_ids)  # closed meanwhile: hand them back
 
     def _settle_all(self, owned: list[tuple[dict[str, Any], RolloutFuture, ObjectCreated]]) -> list[bool]:
         """Settle ``owned`` in the fetch pool (``False`` for each when a close outwaited this batch)."""

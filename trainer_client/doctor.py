@@ -37,6 +37,7 @@ from trainer_client._aws import error_code, load_descriptor, new_session
 from trainer_client._client import RolloutClient
 from trainer_client._config import PollSettings, RolloutOptions
 from trainer_client._exceptions import AwsError, ExperimentNotFoundError, SubmitError
+from trainer_client._stored import is_stored
 
 __all__ = [
     "CHECKS",
@@ -67,18 +68,21 @@ class CheckResult:
         name: what was checked ("result rule", "queue dispatch", "canary: invoked", ...).
         ok: whether it passed.
         detail: what was found.
-        fix: what to do about a failure.
+        fix: what to do about a failure (or, with ``warn``, what to check by hand).
+        warn: it passed only because it could not be checked (``WARN``): the fix says how to check by hand.
     """
 
     name: str
     ok: bool
     detail: str
     fix: str = ""
+    warn: bool = False
 
     def line(self) -> str:
-        """The report line: ``PASS|FAIL  name  detail [-> fix]``."""
-        text = f"{'PASS' if self.ok else 'FAIL'}  {self.name:<26} {self.detail}"
-        return f"{text} -> {self.fix}" if not self.ok and self.fix else text
+        """The report line: ``PASS|WARN|FAIL  name  detail [-> fix]``."""
+        label = "FAIL" if not self.ok else "WARN" if self.warn else "PASS"
+        text = f"{label}  {self.name:<26} {self.detail}"
+        return f"{text} -> {self.fix}" if (not self.ok or self.warn) and self.fix else text
 
 
 @dataclass
@@ -333,10 +337,12 @@ def function_check(role: str) -> Check:
             f"{sums['Invocations']:g} invocations in the last {minutes} min"
         )
         if sums["Errors"] or sums["Throttles"]:
+            # The functions log to groups CloudFormation names; descriptors older than ``log_groups`` name none.
+            group = exp.descriptor.log_groups.get(role) or f"/aws/lambda/{function}"
             logs = (
                 f"the worker logs worker-{exp.descriptor.exp_id}*.log in the local stack's run directory"
                 if exp.is_local
-                else f"aws logs tail /aws/lambda/{function} --since {minutes}m"
+                else f"aws logs tail {group} --since {minutes}m"
             )
             fix = f"read {logs}" + ("; throttles: raise its concurrency" if sums["Throttles"] else "")
             return CheckResult(name, False, found, fix)
@@ -666,13 +672,16 @@ def _stuck(exp: Experiment, key: str | None, watch: _Watch, timeout_s: float) ->
 
 
 def _result_exists(exp: Experiment, key: str) -> bool:
+    """Whether the result is stored (a list of the key: the trainer role gets 403, not 404, for a missing key)."""
+    return is_stored(exp.clients["s3"], exp.descriptor.results_bucket, key)
+
+
+def _reported(hops: Iterator[CheckResult], exp_id: str) -> Iterator[CheckResult]:
+    """The canary's hops; an AWS error while tracing it ends them with a FAIL line instead of a traceback."""
     try:
-        exp.clients["s3"].head_object(Bucket=exp.descriptor.results_bucket, Key=key)
-    except BotoClientError as exc:
-        if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
-            return False
-        raise
-    return True
+        yield from hops
+    except (BotoClientError, BotoCoreError, AwsError) as exc:
+        yield _failed_call(exp_id, "canary", exc)
 
 
 def run_doctor(
@@ -701,7 +710,7 @@ def run_doctor(
         return False
     ok = True
     hops = (
-        trace_canary(experiment, canary, input_id=input_id, timeout_s=timeout_s, model_id=model_id)
+        _reported(trace_canary(experiment, canary, input_id=input_id, timeout_s=timeout_s, model_id=model_id), exp_id)
         if canary is not None
         else ()
     )

@@ -450,7 +450,7 @@ def test_start_after_an_early_cancel_checks_for_the_result_before_anything_else(
     # THEN the start transaction finds the cancel's mark and writes nothing; the rollout is recorded, the result
     # looked for and found: no slot, no invoke
     assert outcome is DispatchOutcome.RESULT_EXISTS
-    assert calls.take() == {"TransactWriteItems": 1, "UpdateItem": 1, "HeadObject": 1}
+    assert calls.take() == {"TransactWriteItems": 1, "UpdateItem": 1, "ListObjectsV2": 1}
     assert env.acr.calls_of(INVOKE) == []
     assert env.rt.ledger.slots_held() == (0, 0)
 

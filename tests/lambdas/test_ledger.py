@@ -8,8 +8,9 @@ import pytest
 from botocore.exceptions import ClientError
 
 from lambdas.ledger import TRANSACTION_ATTEMPTS, Admission, Ledger, Transition
+from rollout_contract.resources import SESSIONS_PARTITION_KEY
 from rollout_contract.results import Status
-from rollout_contract.sessions import SessionState
+from rollout_contract.sessions import ATTR_TRAINER, SessionState
 from tests.lambdas.conftest import CallCounter, Env
 
 
@@ -161,3 +162,39 @@ def test_a_transaction_that_keeps_conflicting_raises_after_its_attempts(env: Env
     with pytest.raises(ClientError, match="TransactionCanceled"):
         _ledger_over(env, dynamodb).admit(queued, owner="a", lease_until=time.time() + 60)
     assert not env.rt.ledger.get(request.session_id).inflight
+
+
+def _trainer_of(env: Env, session_id: str) -> str | None:
+    item = env.rt.clients.dynamodb.get_item(TableName=env.rt.settings.sessions_table, Key=_key(session_id))["Item"]
+    return item[ATTR_TRAINER]["S"] if ATTR_TRAINER in item else None
+
+
+def _key(session_id: str) -> dict[str, dict[str, str]]:
+    return {SESSIONS_PARTITION_KEY: {"S": session_id}}
+
+
+def test_a_start_records_the_requests_trainer_but_keeps_one_an_attach_claimed_first(env: Env) -> None:
+    # GIVEN one rollout nobody has seen, and one a resuming trainer claimed before any start recorded it
+    fresh, claimed = env.start_request(trainer="first"), env.start_request(trainer="first")
+    env.rt.clients.dynamodb.update_item(
+        TableName=env.rt.settings.sessions_table,
+        Key=_key(claimed.session_id),
+        UpdateExpression="SET #t = :t",
+        ExpressionAttributeNames={"#t": ATTR_TRAINER},
+        ExpressionAttributeValues={":t": {"S": "resumed"}},
+    )
+
+    # WHEN both are started (one transaction each, no extra call)
+    for request in (fresh, claimed):
+        env.rt.ledger.start(request, owner="d", lease_until=time.time() + 60)
+
+    # THEN each item names the trainer its events are for
+    assert _trainer_of(env, fresh.session_id) == "first"
+    assert _trainer_of(env, claimed.session_id) == "resumed"
+
+
+def test_a_cancel_before_the_start_records_the_trainer(env: Env) -> None:
+    # GIVEN a cancel that arrives before its rollout's start WHEN it marks the item THEN the item names the trainer
+    request = env.start_request(trainer="first")
+    env.rt.ledger.mark_cancel_requested(request.session_id, requested_at=time.time(), trainer="first")
+    assert _trainer_of(env, request.session_id) == "first"

@@ -72,8 +72,8 @@ async def test_run_batch_async_yields_items_without_blocking_the_loop(client, ba
     assert all(item.success for item in items)
 
 
-def test_batch_item_fails_locally_when_no_result_comes_after_the_deadline(descriptor, backend):
-    # GIVEN a client whose grace after the deadline is short, and an agent that never writes a result
+def test_batch_item_fails_with_a_timeout_error_when_nothing_is_stored_after_the_deadline(descriptor, backend):
+    # GIVEN a client whose grace after the deadline is short, and a rollout no dispatcher ever records
     poll = PollSettings(wait_time_s=1, deadline_grace_s=0.2)
     with RolloutClient.from_descriptor(descriptor, poll=poll, queue_timeout=0.2) as client:
         # WHEN a rollout runs whose deadline is 0.3 s away at the latest (0.2 s to start, then 0.1 s)

@@ -132,21 +132,6 @@ def test_two_clients_on_one_experiment_each_get_exactly_their_own_results(descri
         assert backend.wait_for_depth(0) == 0
 
 
-def test_events_of_rollouts_nobody_here_owns_are_handed_back_not_deleted(client, backend):
-    # GIVEN a result of a rollout this process never submitted (another trainer's)
-    foreign = DispatchRequest(exp_id=client.exp_id, input_id="other", session_id="f" * 36, payload={}, timeout_s=60)
-    backend.complete(foreign)
-    assert backend.wait_for_depth(1) == 1
-
-    # WHEN this client polls for its own rollout
-    future = client.invoke({"prompt": "mine"})
-    backend.serve(1)
-    future.result(timeout=5)
-
-    # THEN the foreign event is still in the queue for its owner
-    assert backend.wait_for_depth(1) == 1
-
-
 def test_cancel_raises_cancelled_error_and_sends_a_cancel_request(client, backend):
     # GIVEN a running rollout
     future = client.invoke({"prompt": "long"}, input_id="g1")

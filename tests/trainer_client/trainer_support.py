@@ -16,6 +16,7 @@ import httpx
 import pytest
 from moto.server import ThreadedMotoServer
 
+from local_stack.moto_server import forbid_missing_keys
 from rollout_contract import (
     CancelRequest,
     DispatchRequest,
@@ -27,7 +28,14 @@ from rollout_contract import (
     Timings,
     parse_dispatch_message,
 )
-from rollout_contract.resources import result_event_pattern
+from rollout_contract.resources import SESSIONS_PARTITION_KEY, result_event_pattern
+from rollout_contract.sessions import (
+    ATTR_DEADLINE_AT,
+    ATTR_INPUT_ID,
+    ATTR_STATE,
+    ATTR_TRAINER,
+    SessionState,
+)
 from trainer_client import PollSettings, RolloutClient
 
 REGION = "us-east-1"
@@ -118,7 +126,8 @@ def scripted(request: DispatchRequest) -> RolloutResult:
 
 @dataclass
 class Backend:
-    """Plays the dispatcher and the agent: reads dispatch messages, writes result objects through S3."""
+    """Plays the dispatcher and the agent: reads dispatch messages, records each rollout in the sessions table
+    (running, with its trainer, as the dispatcher does), writes result objects through S3 and marks them finished."""
 
     descriptor: ExperimentDescriptor
     outcome: Outcome = scripted
@@ -128,6 +137,7 @@ class Backend:
     def __post_init__(self) -> None:
         self.sqs = boto3.client("sqs")
         self.s3 = boto3.client("s3")
+        self.dynamodb = boto3.client("dynamodb")
 
     def receive(self, expected: int, timeout: float = 5.0) -> list[DispatchRequest | CancelRequest]:
         """Take ``expected`` dispatch-queue messages (fails if they do not come within ``timeout``)."""
@@ -146,13 +156,40 @@ class Backend:
                 )
         assert len(got) == expected, f"expected {expected} dispatch messages, got {len(got)}"
         for message in got:
-            (self.requests if isinstance(message, DispatchRequest) else self.cancels).append(message)
+            if isinstance(message, DispatchRequest):
+                self.requests.append(message)
+                self.record(message, SessionState.RUNNING)
+            else:
+                self.cancels.append(message)
         return got
+
+    def record(self, request: DispatchRequest, state: SessionState) -> None:
+        """Write the rollout's sessions item in ``state``, its trainer and deadline as the dispatcher records them
+        (a trainer already there, from an ``attach``, is kept)."""
+        self.dynamodb.update_item(
+            TableName=self.descriptor.sessions_table,
+            Key={SESSIONS_PARTITION_KEY: {"S": request.session_id}},
+            UpdateExpression="SET #state = :state, #input = :input, #deadline = :deadline, "
+            "#trainer = if_not_exists(#trainer, :trainer)",
+            ExpressionAttributeNames={
+                "#state": ATTR_STATE,
+                "#input": ATTR_INPUT_ID,
+                "#deadline": ATTR_DEADLINE_AT,
+                "#trainer": ATTR_TRAINER,
+            },
+            ExpressionAttributeValues={
+                ":state": {"S": state.value},
+                ":input": {"S": request.input_id},
+                ":deadline": {"N": str(request.submitted_at + request.timeout_s)},
+                ":trainer": {"S": request.trainer or ""},
+            },
+        )
 
     def complete(self, request: DispatchRequest) -> RolloutResult:
         """Write the result object of ``request`` (the S3 event reaches the completion queue)."""
         result = self.outcome(request)
         self.s3.put_object(Bucket=BUCKET, Key=result.result_key, Body=result.to_json_bytes())
+        self.record(request, SessionState.FINISHED)
         return result
 
     def serve(self, expected: int) -> list[DispatchRequest]:
@@ -197,7 +234,9 @@ class Backend:
 
 @pytest.fixture(scope="session")
 def moto_url() -> Iterator[str]:
-    """A moto server on a free port for the whole session."""
+    """A moto server on a free port for the whole session, answering a missing key with 403 as S3 does for callers
+    without bucket-wide ``s3:ListBucket`` (the tests' key, as the trainer role's)."""
+    forbid_missing_keys()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
