@@ -18,7 +18,8 @@ from constructs import Construct
 from infra.nag import acknowledge
 from infra.workers import PAYLOAD_KEYS, RESULT_KEYS
 from rollout_contract.keys import experiment_prefix, payload_ref_prefix
-from rollout_contract.resources import TableSpec
+from rollout_contract.resources import SESSIONS_PARTITION_KEY, TTL_ATTRIBUTE, TableSpec
+from rollout_contract.sessions import ATTR_ALIVE_UNTIL, ATTR_TRAINER
 
 #: How long one assumed-role session lasts; boto3 renews it on its own for a profile with ``role_arn``.
 TRAINER_SESSION = Duration.hours(12)
@@ -94,6 +95,24 @@ class TrainerAccess(Construct):
                     sid="ReadQueueDepths",
                     actions=["sqs:GetQueueAttributes", "sqs:GetQueueUrl"],
                     resources=[queue.queue_arn for queue in dead_letter_queues],
+                ),
+                iam.PolicyStatement(
+                    # The trainer's lease item and its claim on attached rollouts (trainer_client._owners): updates
+                    # that touch no attribute but the key, the trainer, the lease and the TTL, and return nothing.
+                    sid="OwnRollouts",
+                    actions=["dynamodb:UpdateItem"],
+                    resources=[sessions_table.table_arn],
+                    conditions={
+                        "ForAllValues:StringEquals": {
+                            "dynamodb:Attributes": [
+                                SESSIONS_PARTITION_KEY,
+                                ATTR_TRAINER,
+                                ATTR_ALIVE_UNTIL,
+                                TTL_ATTRIBUTE,
+                            ]
+                        },
+                        "StringEqualsIfExists": {"dynamodb:ReturnValues": ["NONE"]},
+                    },
                 ),
                 iam.PolicyStatement(
                     sid="ReadRolloutStatus",

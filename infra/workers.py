@@ -16,7 +16,9 @@ from infra.functions import HandlerPackage, RolloutFunction
 from infra.nag import acknowledge
 from infra.queues import RolloutQueue
 from infra.settings import ExperimentSettings
+from rollout_contract.budgets import SESSION_BUDGET_ID, tps_budget_id
 from rollout_contract.keys import experiment_prefix, payload_ref_prefix
+from rollout_contract.protocol import DEFAULT_QUALIFIER
 
 #: Lambda's limit for an SQS event source batch on a standard queue without a batching window.
 SQS_BATCH_SIZE = 10
@@ -28,6 +30,8 @@ FINISHER_TIMEOUT = Duration.seconds(60)
 SWEEPER_TIMEOUT = Duration.seconds(55)
 SWEEP_RATE = Duration.minutes(1)
 STOP_SESSION = "bedrock-agentcore:StopRuntimeSession"
+#: What the functions call on a table item (transactions are authorized as their updates); Query on the index.
+SESSIONS_CALLS = ["dynamodb:GetItem", "dynamodb:UpdateItem"]
 #: Why the results prefix is the narrowest S3 scope (quoted in the cdk-nag acknowledgements).
 RESULT_KEYS = "Keys are {exp_id}/{input_id}/{session_id}.json: the experiment's prefix is the narrowest scope."
 PAYLOAD_KEYS = "Oversized payloads are parked per rollout under the experiment's prefix."
@@ -117,10 +121,22 @@ class RolloutWorkers(Construct):
         payloads = bucket.arn_for_objects(f"{payload_ref_prefix(exp_id)}*")
         runtime_resources = [runtime.agent_runtime_arn, f"{runtime.agent_runtime_arn}/*"]
         runtime.grant_invoke_runtime(self.dispatcher.role)
+        # The budget table is shared by every experiment: each function may read and update (no put, delete or
+        # scan) the account's session count and its own runtime's invoke budget, and no other item.
+        budget_items = [SESSION_BUDGET_ID, tps_budget_id(runtime.agent_runtime_arn, DEFAULT_QUALIFIER)]
         for worker in self.all.values():
             worker.role.add_to_policy(iam.PolicyStatement(actions=[STOP_SESSION], resources=runtime_resources))
-            sessions_table.grant_read_write_data(worker.role)
-            budget_table.grant_read_write_data(worker.role)
+            worker.role.add_to_policy(iam.PolicyStatement(actions=SESSIONS_CALLS, resources=[sessions_table.table_arn]))
+            worker.role.add_to_policy(
+                iam.PolicyStatement(actions=["dynamodb:Query"], resources=[f"{sessions_table.table_arn}/index/*"])
+            )
+            worker.role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=SESSIONS_CALLS,
+                    resources=[budget_table.table_arn],
+                    conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": budget_items}},
+                )
+            )
         # Writers put results first-writer-wins and read back the winner when they lose the race.
         for writer in (self.dispatcher, self.sweeper):
             writer.role.add_to_policy(

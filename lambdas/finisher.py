@@ -51,9 +51,36 @@ def finish_event(body: str, rt: Runtime) -> Transition | None:
 
 
 def record_handler(record: SQSRecord) -> str | None:
-    """Handle one finisher-queue record."""
-    transition = finish_event(record.body, current_runtime())
+    """Handle one finisher-queue record; a failure is logged with its reason and retried within a minute.
+
+    Left to the queue, a failed record would come back only after the visibility timeout (six function
+    timeouts), holding its rollout's session slot all that time although its result exists.
+    """
+    rt = current_runtime()
+    try:
+        transition = finish_event(record.body, rt)
+    except Exception as exc:
+        receives = int(record.attributes.approximate_receive_count)
+        delay = retry_delay_s(receives)
+        logger.exception(
+            "could not finish a rollout; its event is retried",
+            extra={"message_id": record.message_id, "error": f"{type(exc).__name__}: {exc}", "retry_in_s": delay},
+        )
+        queue_url = rt.resources.finisher_queue.sibling_url(rt.settings.dispatch_queue_url)
+        rt.clients.sqs.change_message_visibility(
+            QueueUrl=queue_url, ReceiptHandle=record.receipt_handle, VisibilityTimeout=delay
+        )
+        raise
     return transition.value if transition else None
+
+
+#: The longest a failed finish waits for its retry: the sweeper's period, so a result never holds a slot longer.
+MAX_RETRY_DELAY_S = 60
+
+
+def retry_delay_s(receive_count: int) -> int:
+    """Seconds before a failed finish is tried again: 5 s doubling per receive, at most a minute."""
+    return min(MAX_RETRY_DELAY_S, 5 * 2 ** max(receive_count - 1, 0))
 
 
 #: Records of one batch finished in parallel: each waits on a stop (its TPS token and ACR's answer), and

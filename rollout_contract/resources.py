@@ -63,6 +63,10 @@ class QueueSpec(NamedTuple):
             raise ValueError(f"{queue_url!r} is not the URL of queue {self.name!r}")
         return f"{base}/{self.dlq_name}"
 
+    def sibling_url(self, other_url: str) -> str:
+        """URL of this queue, given the URL of another queue of the same account, region and endpoint."""
+        return f"{other_url.rpartition('/')[0]}/{self.name}"
+
 
 class IndexSpec(NamedTuple):
     """A DynamoDB global secondary index (keys are S partition, N sort; projection ALL)."""

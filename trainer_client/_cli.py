@@ -32,6 +32,7 @@ from botocore.exceptions import EndpointConnectionError, NoCredentialsError, NoR
 
 from rollout_contract import InvalidIdError, Status
 from rollout_contract.messages import DEFAULT_QUEUE_TIMEOUT_S, validate_timeout_s
+from trainer_client._aws import new_session
 from trainer_client._client import RolloutClient
 from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S, PollSettings
 from trainer_client._eval import plan_eval, row_input_id, run_eval
@@ -210,6 +211,18 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--timeout", type=_positive_float, default=120.0, help="the canary's deadline in seconds (120)")
     doctor.add_argument("--json", action="store_true", help="one JSON object per check (JSONL) instead of a line")
     doctor.set_defaults(func=_doctor)
+
+    preflight = commands.add_parser(
+        "preflight",
+        help="before the first deploy, with the deploying credentials: what the deploy would fail on (one line each)",
+    )
+    preflight.add_argument("--region", help="the region to deploy to (default: boto3's)")
+    preflight.add_argument("--image-tag", help="the -c image_tag to deploy (checked in ECR for arm64)")
+    preflight.add_argument("--session-budget", type=int, help="the -c session_budget to deploy (default: the stack's)")
+    preflight.add_argument(
+        "--tps-limit", type=_positive_float, help="the -c tps_limit to deploy (default: the stack's)"
+    )
+    preflight.set_defaults(func=_preflight)
 
     _mount_local_commands(commands)
     _add_verbosity(parser, top=True)
@@ -400,6 +413,18 @@ def _doctor(args: argparse.Namespace) -> int:
         as_json=args.json,
     )
     return 0 if healthy else 1
+
+
+def _preflight(args: argparse.Namespace) -> int:
+    # The deploy-side checks need the CDK app's pins (a repository checkout with `make install`).
+    from infra.preflight import run_preflight
+
+    region = args.region or new_session().region_name
+    if not region:
+        raise UsageError("no AWS region: pass --region or set AWS_REGION (the region `npx cdk deploy` will use)")
+    budgets = {"session_budget": args.session_budget, "tps_limit": args.tps_limit}
+    options = {name: value for name, value in budgets.items() if value is not None}
+    return 0 if run_preflight(region, image_tag=args.image_tag, out=sys.stdout, **options) else 1
 
 
 def _results(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from aws_cdk.assertions import Match, Template
 
 from infra.functions import powertools_version
 from infra.nag import add_nag_checks
+from rollout_contract.budgets import SESSION_BUDGET_ID
 from rollout_contract.keys import experiment_prefix, payload_ref_prefix
 from rollout_contract.metrics import NAMESPACE, OVERDUE
 from rollout_contract.resources import (
@@ -400,11 +401,21 @@ def test_lambda_roles_hold_exactly_their_grants(synth: Synthesized) -> None:
     }
     assert scoped(grants["Finisher"]) == stop | {("s3:GetObject", results), *{(a, finisher_queue) for a in _CONSUME}}
     assert scoped(grants["Sweeper"]) == stop | {("s3:PutObject", results), ("s3:GetObject", results)}
-    # AND every function reads and writes both tables, and nothing else in DynamoDB
-    for pairs in grants.values():
-        tables = {r for a, r in pairs if a.startswith("dynamodb:")}
-        assert tables == {table, f"{table}/index/*", budget}
-        assert {a for a, _ in pairs if a.startswith("dynamodb:")} >= {"dynamodb:PutItem", "dynamodb:UpdateItem"}
+    # AND every function gets and updates items of both tables and queries the sessions index, nothing else
+    for name, pairs in grants.items():
+        assert {p for p in pairs if p[0].startswith("dynamodb:")} == {
+            *{(a, t) for a in ("dynamodb:GetItem", "dynamodb:UpdateItem") for t in (table, budget)},
+            ("dynamodb:Query", f"{table}/index/*"),
+        }, name
+    # AND of the shared budget table, only the session count and this runtime's invoke budget
+    budget_grant = next(s for s in _statements(template, "WorkersSweeperRole") if s["Resource"] == budget)
+    leading_keys = budget_grant["Condition"]["ForAllValues:StringEquals"]["dynamodb:LeadingKeys"]
+    assert leading_keys == [SESSION_BUDGET_ID, f"tps#{runtime}#DEFAULT"]
+    # AND the dispatcher lists only its experiment's result and payload keys (its check for a stored result)
+    listing = next(s for s in _statements(template, "WorkersDispatcherRole") if s["Action"] == "s3:ListBucket")
+    assert listing["Condition"] == {
+        "StringLike": {"s3:prefix": [f"{experiment_prefix('alpha')}*", f"{payload_ref_prefix('alpha')}*"]}
+    }
 
 
 _CONSUME = (
@@ -450,6 +461,7 @@ def test_trainer_role_grants_exactly_what_a_trainer_needs(synth: Synthesized) ->
         *{(a, dlq) for a in ("sqs:GetQueueAttributes", "sqs:GetQueueUrl") for dlq in dlqs},
         ("s3:ListBucket", f"arn:<AWS::Partition>:s3:::{_bucket()}"),
         *{(a, t) for a in ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query") for t in (table, index)},
+        ("dynamodb:UpdateItem", table),
         *{(a, q) for a in ("sqs:GetQueueAttributes", "sqs:GetQueueUrl") for q in finisher_queues},
         ("s3:GetBucketNotification", f"arn:<AWS::Partition>:s3:::{_bucket()}"),
         ("events:DescribeRule", rule),
@@ -460,6 +472,14 @@ def test_trainer_role_grants_exactly_what_a_trainer_needs(synth: Synthesized) ->
     # AND listing is limited to the experiment's prefix
     listing = next(s for s in statements if s["Action"] == "s3:ListBucket")
     assert listing["Condition"] == {"StringLike": {"s3:prefix": [f"{experiment_prefix('alpha')}*"]}}
+    # AND its one write to the sessions table touches only its lease and the trainer of its rollouts
+    owning = next(s for s in statements if s["Action"] == "dynamodb:UpdateItem")
+    assert owning["Condition"]["ForAllValues:StringEquals"]["dynamodb:Attributes"] == [
+        "session_id",
+        "trainer",
+        "alive_until",
+        "expires_at",
+    ]
 
 
 def test_descriptor_parameter_holds_a_valid_experiment_descriptor(synth: Synthesized) -> None:
@@ -577,3 +597,19 @@ def test_rollouts_doctor_accepts_the_queue_policies_and_rule_pattern_the_stack_d
         assert policy_lets_rule_send(document, f"<{queue_id}.Arn>", f"<{rule_id}.Arn>")
         assert not policy_lets_rule_send(document, f"<{queue_id}.Arn>", "<AnotherRule.Arn>")
     assert _render(rule["Properties"]["EventPattern"]) == result_event_pattern(_bucket(), "alpha")
+
+
+def test_the_readmes_import_mapping_names_every_retained_resource_with_a_fixed_name(synth: Synthesized) -> None:
+    # GIVEN the import mapping the README gives for redeploying the shared stack after `cdk destroy`
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme.split("cat > shared-import.json <<EOF\n", 1)[1].split("\nEOF", 1)[0]
+    mapping = json.loads(block.replace("$ACCOUNT", "<AWS::AccountId>").replace("$REGION", "<AWS::Region>"))
+    # WHEN the shared template's retained resources with a fixed name are listed
+    retained = {
+        logical_id: {name: _render(value) for name, value in resource["Properties"].items() if name.endswith("Name")}
+        for logical_id, resource in synth.shared.to_json()["Resources"].items()
+        if resource.get("DeletionPolicy") == "Retain"
+        and any(name in resource["Properties"] for name in ("BucketName", "RepositoryName", "TableName"))
+    }
+    # THEN the mapping names exactly those, by their logical ids and names
+    assert mapping == retained

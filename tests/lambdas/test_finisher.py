@@ -11,6 +11,7 @@ import pytest
 from lambdas import finisher
 from lambdas.dispatcher import DispatchOutcome, cancel, dispatch
 from lambdas.ledger import Transition
+from lambdas.runtime import current_runtime
 from rollout_contract.keys import payload_ref_key
 from rollout_contract.messages import DispatchRequest
 from rollout_contract.protocol import RESOURCE_NOT_FOUND, THROTTLING
@@ -212,6 +213,28 @@ def test_throttled_stop_fails_the_record_and_the_redelivery_finishes_it(env: Env
     assert second == {"batchItemFailures": []}
     assert env.rt.ledger.get(request.session_id).state is SessionState.FINISHED
     assert env.rt.ledger.slots_held() == (0, 0)
+
+
+def test_a_failed_finish_logs_its_reason_and_comes_back_within_a_minute(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    # GIVEN a finished agent whose stop call is throttled
+    request = env.start_request()
+    dispatch(request, receive_count=1, rt=env.rt)
+    agent_writes_result(env, request)
+    env.acr.fail_next(STOP, THROTTLING)
+    messages = env.receive(env.finisher_queue_url)
+    sqs = CallCounter().watch(current_runtime().clients.sqs)
+
+    # WHEN the finisher fails the record
+    finisher.handler(sqs_event(messages), None)
+
+    # THEN the reason is logged with the message, and the record is made visible again in 5 s (not six timeouts)
+    (logged,) = [r for r in caplog.records if r.getMessage().startswith("could not finish a rollout")]
+    assert logged.message_id == messages[0]["MessageId"]  # type: ignore[attr-defined]
+    assert "ThrottlingException" in logged.error and logged.retry_in_s == 5  # type: ignore[attr-defined]
+    assert sqs.take() == {"ChangeMessageVisibility": 1}
+    assert finisher.retry_delay_s(1) == 5 and finisher.retry_delay_s(20) == finisher.MAX_RETRY_DELAY_S == 60
 
 
 def test_cancel_after_start_stops_the_session_through_the_finisher(env: Env) -> None:
