@@ -19,7 +19,7 @@ from infra.runtime import AgentRuntime
 from infra.settings import ExperimentSettings
 from infra.tables import contract_table
 from infra.trainer_access import TrainerAccess
-from infra.workers import RESULT_KEYS, RolloutWorkers
+from infra.workers import FIRST_WRITER_WINS, RESULT_KEYS, RolloutWorkers
 from rollout_contract.keys import experiment_prefix, payload_ref_prefix
 from rollout_contract.resources import (
     AGENT_REPOSITORY_NAME,
@@ -61,7 +61,9 @@ class ExperimentStack(Stack):
         runtime = self.agent.runtime
         runtime.add_to_role_policy(
             iam.PolicyStatement(
-                actions=["s3:PutObject"], resources=[bucket.arn_for_objects(f"{experiment_prefix(exp_id)}*")]
+                actions=["s3:PutObject"],
+                resources=[bucket.arn_for_objects(f"{experiment_prefix(exp_id)}*")],
+                conditions=FIRST_WRITER_WINS if settings.first_writer_wins else None,
             )
         )
         self.dispatch = RolloutQueue(self, "DispatchQueue", spec=names.dispatch_queue)

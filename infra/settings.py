@@ -63,6 +63,7 @@ CONTEXT_FLAGS = (
     "session_budget",
     "dispatcher_max_concurrency",
     "dispatcher_reserved_concurrency",
+    "first_writer_wins",
 )
 
 
@@ -110,6 +111,9 @@ class ExperimentSettings:
     session_budget: int = int(DEFAULT_ACTIVE_SESSION_QUOTA * 0.9)
     dispatcher_max_concurrency: int = 5
     dispatcher_reserved_concurrency: int | None = None
+    #: The agent's result writes must carry ``If-None-Match: *`` (IAM condition ``s3:if-none-match``); off for agent
+    #: images that write without it (an unmodified ART 0.2.0 agent), at the price of a late write overwriting.
+    first_writer_wins: bool = True
 
 
 def experiment_settings(context: Mapping[str, str | None]) -> ExperimentSettings:
@@ -149,6 +153,7 @@ def experiment_settings(context: Mapping[str, str | None]) -> ExperimentSettings
         dispatcher_reserved_concurrency=(
             None if reserved is None else _integer(context, "dispatcher_reserved_concurrency", 0, 1, 10_000)
         ),
+        first_writer_wins=_boolean(context, "first_writer_wins", default=True),
     )
 
 
@@ -158,6 +163,15 @@ def _text(context: Mapping[str, str | None], name: str) -> str | None:
         return None
     value = str(value).strip()
     return value or None
+
+
+def _boolean(context: Mapping[str, str | None], name: str, *, default: bool) -> bool:
+    raw = _text(context, name)
+    if raw is None:
+        return default
+    if raw.lower() not in ("true", "false"):
+        raise ContextError(f"-c {name}={raw!r} is not a boolean; give true or false")
+    return raw.lower() == "true"
 
 
 def _integer(context: Mapping[str, str | None], name: str, default: int, low: int, high: int) -> int:

@@ -30,6 +30,8 @@ FINISHER_TIMEOUT = Duration.seconds(60)
 SWEEPER_TIMEOUT = Duration.seconds(55)
 SWEEP_RATE = Duration.minutes(1)
 STOP_SESSION = "bedrock-agentcore:StopRuntimeSession"
+#: S3 refuses a put of an existing key that carries ``If-None-Match: *``; this condition refuses a put without it.
+FIRST_WRITER_WINS = {"StringEquals": {"s3:if-none-match": "*"}}
 #: What the functions call on a table item (transactions are authorized as their updates); Query on the index.
 SESSIONS_CALLS = ["dynamodb:GetItem", "dynamodb:UpdateItem"]
 #: Why the results prefix is the narrowest S3 scope (quoted in the cdk-nag acknowledgements).
@@ -137,11 +139,13 @@ class RolloutWorkers(Construct):
                     conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": budget_items}},
                 )
             )
-        # Writers put results first-writer-wins and read back the winner when they lose the race.
+        # Writers put results first-writer-wins (a put without If-None-Match is refused) and read back the winner
+        # when they lose the race.
         for writer in (self.dispatcher, self.sweeper):
             writer.role.add_to_policy(
-                iam.PolicyStatement(actions=["s3:PutObject", "s3:GetObject"], resources=[results])
+                iam.PolicyStatement(actions=["s3:PutObject"], resources=[results], conditions=FIRST_WRITER_WINS)
             )
+            writer.role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[results]))
         self.finisher.role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[results]))
         self.dispatcher.role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[payloads]))
         # Unparseable dispatch messages go straight to the dead-letter queue (no retry can fix them).

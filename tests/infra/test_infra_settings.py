@@ -131,3 +131,11 @@ def test_payload_refs_live_under_their_own_prefix_outside_the_result_prefix() ->
     # THEN the key sits under payload_ref_prefix, which never starts with the result prefix
     assert key.startswith(payload_ref_prefix("demo"))
     assert not payload_ref_prefix("demo").startswith(experiment_prefix("demo"))
+
+
+def test_first_writer_wins_is_on_unless_turned_off_and_only_true_or_false_is_taken() -> None:
+    base = {"experiment": "alpha", "image_tag": "v1"}
+    assert experiment_settings(base).first_writer_wins
+    assert not experiment_settings({**base, "first_writer_wins": "false"}).first_writer_wins
+    with pytest.raises(ContextError, match="first_writer_wins='maybe' is not a boolean"):
+        experiment_settings({**base, "first_writer_wins": "maybe"})

@@ -359,8 +359,10 @@ def test_runtime_role_may_write_results_only_under_the_experiment_prefix(synth: 
     statements = _statements(synth.experiments["alpha"], "AgentExecutionRoleDefaultPolicy")
     # WHEN its S3 grants are collected
     s3_grants = {pair for pair in _grants(statements) if pair[0].startswith("s3:")}
-    # THEN it is exactly PutObject on <bucket>/alpha/*
+    # THEN it is exactly PutObject on <bucket>/alpha/*, first writer wins (a put without If-None-Match is refused)
     assert s3_grants == {("s3:PutObject", f"arn:<AWS::Partition>:s3:::{_bucket()}/{experiment_prefix('alpha')}*")}
+    (put,) = [s for s in statements if s["Action"] == "s3:PutObject"]
+    assert put["Condition"] == {"StringEquals": {"s3:if-none-match": "*"}}
 
 
 def _bucket() -> str:
@@ -411,6 +413,10 @@ def test_lambda_roles_hold_exactly_their_grants(synth: Synthesized) -> None:
     budget_grant = next(s for s in _statements(template, "WorkersSweeperRole") if s["Resource"] == budget)
     leading_keys = budget_grant["Condition"]["ForAllValues:StringEquals"]["dynamodb:LeadingKeys"]
     assert leading_keys == [SESSION_BUDGET_ID, f"tps#{runtime}#DEFAULT"]
+    # AND the functions' result writes must be first-writer-wins
+    for role in ("WorkersDispatcherRole", "WorkersSweeperRole"):
+        (put,) = [s for s in _statements(template, role) if s["Action"] == "s3:PutObject"]
+        assert put["Condition"] == {"StringEquals": {"s3:if-none-match": "*"}}
     # AND the dispatcher lists only its experiment's result and payload keys (its check for a stored result)
     listing = next(s for s in _statements(template, "WorkersDispatcherRole") if s["Action"] == "s3:ListBucket")
     assert listing["Condition"] == {
