@@ -10,7 +10,7 @@ from concurrent.futures import CancelledError
 import boto3
 import pytest
 
-from rollout_contract import CancelRequest, DispatchRequest, InvalidIdError, Status, payload_ref_key
+from rollout_contract import CancelRequest, InvalidIdError, Status, payload_ref_key
 from rollout_contract.messages import SQS_MAX_INLINE_PAYLOAD_BYTES
 from trainer_client import (
     AgentError,
