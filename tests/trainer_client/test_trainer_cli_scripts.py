@@ -130,7 +130,7 @@ def test_doctor_json_prints_one_object_per_check(descriptor, capsys):
     main(["doctor", descriptor.exp_id, "--json"])
     checks = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert checks[0]["name"] == "descriptor" and checks[0]["ok"] is True
-    assert all(set(check) == {"name", "ok", "detail", "fix"} for check in checks)
+    assert all(set(check) == {"name", "ok", "detail", "fix", "warn"} for check in checks)
 
 
 @pytest.mark.parametrize("keep_running", [False, True])
