@@ -38,11 +38,13 @@ Config file (JSON; every field but ``runtimes[].arn`` and ``runtimes[].command``
       }]
     }
 
-Agent processes: the command must serve the ACR container contract on ``127.0.0.1:$PORT`` (for a
-``BedrockAgentCoreApp``: ``app.run(port=int(os.environ["PORT"]))``). Each gets its own ``HOME``,
-``TMPDIR`` and working directory (removed when the session ends), its own process group, and an
-environment holding only ``PATH``, ``LANG``/``LC_*``/``TZ``, ``PORT``, ``HOME``, ``TMPDIR``, the runtime's
-``environment`` and its ``inherit_env`` names.
+Agent processes: the command serves the ACR container contract on port 8080, as in ACR (a plain
+``app.run()``), or on ``127.0.0.1:$PORT``. Every session has its own 8080: a Python agent's bind to port 8080
+binds the session's ``PORT`` instead (``agent_site/sitecustomize.py``, first on the agent's ``PYTHONPATH``;
+a bind to 0.0.0.0 becomes one to 127.0.0.1), so sessions run side by side on one host, as ACR's microVMs do
+(D53). Each gets its own ``HOME``, ``TMPDIR`` and working directory (removed when the session ends), its
+own process group, and an environment holding only ``PATH``, ``LANG``/``LC_*``/``TZ``, ``PORT``,
+``PYTHONPATH``, ``HOME``, ``TMPDIR``, the runtime's ``environment`` and its ``inherit_env`` names.
 
 Fork-server starts (``preload``, off by default): a runtime that lists modules in ``preload`` gets a template
 process (launched with the emulator) that imports them once with the runtime's environment; each new session's

@@ -37,6 +37,8 @@ __all__ = ["AgentProcess", "PingReport", "ProcessHandle", "agent_environment", "
 logger = logging.getLogger(__name__)
 
 _BASIC_ENV = ("PATH", "LANG", "LANGUAGE", "TZ")
+#: Put first on every agent's ``PYTHONPATH``: its ``sitecustomize`` gives each session its own 8080.
+AGENT_SITE = Path(__file__).with_name("agent_site")
 _READY_POLL_S = 0.05
 _PING_TIMEOUT_S = 5.0
 # How long an agent may listen elsewhere without answering on its PORT before start-up fails fast.
@@ -70,11 +72,13 @@ class ProcessHandle(Protocol):
 def agent_environment(runtime: RuntimeConfig, *, port: int | None, home: Path, tmpdir: Path) -> dict[str, str]:
     """The complete environment of an agent process: basics, what the runtime grants, and its own dirs.
 
-    ``port`` is None for a fork server's template, which serves nothing (it gets no ``PORT``).
+    ``port`` is None for a fork server's template, which serves nothing (it gets no ``PORT``). ``PYTHONPATH``
+    starts with :data:`AGENT_SITE`, whose ``sitecustomize`` maps a bind to 8080 onto ``PORT`` (D53).
     """
     env = {k: v for k, v in os.environ.items() if k in _BASIC_ENV or k.startswith("LC_")}
     env.update({name: os.environ[name] for name in runtime.inherit_env if name in os.environ})
     env.update(runtime.environment)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(AGENT_SITE), env.get("PYTHONPATH"))))
     env.update({"HOME": str(home), "TMPDIR": str(tmpdir)})
     if port is not None:
         env["PORT"] = str(port)
@@ -237,7 +241,7 @@ class AgentProcess:
             if self.returncode is not None:
                 raise RuntimeClientError(
                     f"the agent process exited with code {self.returncode} during start-up (see its log; an agent "
-                    f"that listens on a fixed port such as 8080 instead of $PORT collides with other sessions)"
+                    "that listens on a fixed port other than 8080 or $PORT collides with other sessions)"
                 )
             if await self.ping(client, timeout=max(0.1, min(1.0, deadline - time.monotonic()))) is not None:
                 return
@@ -246,9 +250,9 @@ class AgentProcess:
                 if elsewhere:
                     raise RuntimeClientError(
                         f"the agent listens on port {', '.join(map(str, sorted(elsewhere)))} but not on its PORT "
-                        f"({self.port}): serve on the port the PORT environment variable names. Each emulated "
-                        "session gets its own PORT on one host (ACR gives each its own microVM on 8080); "
-                        "AgentCoreRLApp.run() reads PORT, a plain BedrockAgentCoreApp.run() or uvicorn uses 8080"
+                        f"({self.port}): serve on 8080 (ACR's port) or on the port the PORT environment variable "
+                        "names. Each emulated session gets its own port on one host, and a Python agent's bind to "
+                        "8080 is mapped onto it (ACR gives each session its own microVM on 8080)"
                     )
             if time.monotonic() >= deadline:
                 raise RuntimeClientError("the agent did not answer GET /ping within the start-up limit")

@@ -23,14 +23,14 @@ PRELOAD = ("preload_marker",)
 BROKEN_PRELOAD = "acr_test_module_that_does_not_exist"
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
 
 #: The fixed port of the agent that ignores PORT (8080 in real life; a free one here, to run beside anything).
-FIXED_PORT = _free_port()
+FIXED_PORT = free_port()
 
 
 def arn(name: str) -> str:
@@ -56,6 +56,17 @@ SHARED_RUNTIMES = (
     stdlib_runtime("warm", warm_pool_size=1),
     stdlib_runtime("qualified", qualifiers=("DEFAULT", "canary")),
     RuntimeConfig(arn=arn("sdk"), command=(sys.executable, str(AGENTS / "sdk_agent.py")), ping_interval_s=0.2),
+    # ACR's own contract: app.run() on 8080, plain and in a container (DOCKER_CONTAINER: it binds 0.0.0.0), forked
+    RuntimeConfig(
+        arn=arn("port-8080"), command=(sys.executable, str(AGENTS / "acr_port_agent.py")), ping_interval_s=0.2
+    ),
+    RuntimeConfig(
+        arn=arn("port-8080-forked"),
+        command=(sys.executable, str(AGENTS / "acr_port_agent.py")),
+        environment={"DOCKER_CONTAINER": "1"},
+        preload=PRELOAD,
+        ping_interval_s=0.2,
+    ),
     stdlib_runtime("forked", preload=PRELOAD, environment={"GRANTED": "yes"}, inherit_env=("ACR_TEST_INHERITED",)),
     stdlib_runtime("forked-idle", preload=PRELOAD, idle_timeout_s=0.8),
     stdlib_runtime("forked-stubborn", "--ignore-sigterm", preload=PRELOAD, stop_grace_s=0.3),

@@ -25,6 +25,7 @@ from acr_helpers import (
 from botocore.exceptions import ClientError
 
 from local_stack.acr_emulator import EmulatorConfig, start_emulator
+from local_stack.acr_emulator.process import AGENT_SITE
 from rollout_contract import new_session_id
 
 pytestmark = pytest.mark.processes
@@ -69,9 +70,9 @@ def test_forked_session_sees_only_its_grant_its_own_directories_and_runs_the_scr
     assert "ACR_TEST_SECRET" not in env
     assert env["ACR_TEST_INHERITED"] == SECRET_ENV["ACR_TEST_INHERITED"]
     assert env["GRANTED"] == "yes"
-    assert set(env) - {"ACR_TEST_INHERITED", "GRANTED", "PORT", "HOME", "TMPDIR", "PATH", "LANG", "LANGUAGE", "TZ"} <= {
-        k for k in env if k.startswith("LC_")
-    }
+    basics = {"PORT", "PYTHONPATH", "HOME", "TMPDIR", "PATH", "LANG", "LANGUAGE", "TZ"}
+    assert set(env) - {"ACR_TEST_INHERITED", "GRANTED", *basics} <= {k for k in env if k.startswith("LC_")}
+    assert env["PYTHONPATH"] == str(AGENT_SITE)  # first on the path: the agent site (D53), nothing of the emulator's
     # AND each has its own port, HOME, TMPDIR and working directory
     for key in ("PORT", "HOME", "TMPDIR"):
         assert one["env"][key] != two["env"][key]

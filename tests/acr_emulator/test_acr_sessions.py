@@ -12,7 +12,7 @@ import httpx
 import pytest
 from acr_helpers import SECRET_ENV, admin, arn, invoke_json, pid_alive, wait_for
 
-from local_stack.acr_emulator.process import release_port, reserve_port
+from local_stack.acr_emulator.process import AGENT_SITE, release_port, reserve_port
 from rollout_contract import new_session_id
 from rollout_contract.protocol import REQUEST_ID_HEADER, SESSION_HEADER
 
@@ -74,9 +74,9 @@ def test_sessions_get_separate_processes_directories_and_a_scrubbed_environment(
     assert "ACR_TEST_SECRET" not in env
     assert env["ACR_TEST_INHERITED"] == SECRET_ENV["ACR_TEST_INHERITED"]
     assert env["GRANTED"] == "yes"
-    assert set(env) - {"ACR_TEST_INHERITED", "GRANTED", "PORT", "HOME", "TMPDIR", "PATH", "LANG", "LANGUAGE", "TZ"} <= {
-        k for k in env if k.startswith("LC_")
-    }
+    basics = {"PORT", "PYTHONPATH", "HOME", "TMPDIR", "PATH", "LANG", "LANGUAGE", "TZ"}
+    assert set(env) - {"ACR_TEST_INHERITED", "GRANTED", *basics} <= {k for k in env if k.startswith("LC_")}
+    assert env["PYTHONPATH"] == str(AGENT_SITE)  # first on the path: the agent site (D53), nothing of the emulator's
 
 
 def test_stop_ends_the_process_removes_its_directories_and_next_invoke_starts_fresh(client, session_id):
@@ -184,6 +184,40 @@ def test_sse_from_a_bedrock_agentcore_app_streams_through_boto3(client, session_
     assert [json.loads(e[len(b"data: ") :])["i"] for e in events] == [0, 1, 2]
     # AND the SDK read the session id from the header the emulator sent
     assert invoke_json(client, arn("sdk"), session_id, {"q": 1})["session_id"] == session_id
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """The local IPv4 addresses (hex, as /proc shows them) with a TCP socket listening on ``port``."""
+    lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return {
+        cols[1].partition(":")[0]
+        for cols in (line.split() for line in lines)
+        if cols[3] == "0A" and int(cols[1].partition(":")[2], 16) == port
+    }
+
+
+@pytest.mark.parametrize("runtime", ["port-8080", "port-8080-forked"])
+def test_agents_serving_on_8080_as_in_acr_get_their_own_8080_per_session(client, emulator, runtime):
+    # GIVEN an unmodified agent that calls app.run() (8080, ACR's contract); the forked one runs as in a
+    # container (DOCKER_CONTAINER: it binds 0.0.0.0)
+    sessions = [new_session_id() for _ in range(4)]
+
+    # WHEN four sessions start at once
+    with ThreadPoolExecutor(len(sessions)) as pool:
+        answers = list(pool.map(lambda sid: invoke_json(client, arn(runtime), sid), sessions))
+
+    # THEN each session reached its own process, serving on the port the emulator gave that session, on
+    # loopback only
+    try:
+        assert [answer["session_id"] for answer in answers] == sessions
+        assert len({answer["pid"] for answer in answers}) == len(sessions)
+        views = {view["session_id"]: view for view in admin(emulator.url, "sessions")["sessions"]}
+        for session, answer in zip(sessions, answers, strict=True):
+            assert views[session]["port"] == int(answer["port_env"])
+            assert _listening_addresses(views[session]["port"]) == {"0100007F"}
+    finally:
+        for session in sessions:
+            client.stop_runtime_session(agentRuntimeArn=arn(runtime), runtimeSessionId=session)
 
 
 def test_warm_pool_hands_each_new_session_a_never_used_process(client, emulator):

@@ -1,0 +1,1 @@
+"""The directory the ACR emulator puts first on an agent process's ``PYTHONPATH`` (see ``sitecustomize``)."""
