@@ -3,8 +3,9 @@
 ``up`` starts the stack (see :mod:`local_stack.stack`) and returns, leaving the processes running;
 ``down`` stops them; ``status`` says which are alive and, with ``--env``, prints the ``export`` lines a
 trainer shell needs; ``demo`` runs :mod:`local_stack.demo`. The caller gives the agent and the demo's dataset
-(a :class:`~local_stack.hosting.DemoTask`; ``up`` hosts its agent). Heavy imports happen inside the commands,
-so mounting them costs nothing.
+(a :class:`~local_stack.hosting.DemoTask`; ``up`` hosts its agent); ``--agent TARGET`` hosts the user's own
+instead (:mod:`local_stack.agent_target`), checked before anything starts, and ``demo --dataset FILE`` runs
+a JSONL file. Heavy imports happen inside the commands, so mounting them costs nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from local_stack.hosting import DemoTask
+from local_stack.hosting import DemoTask, LocalAgent
 
 __all__ = ["STATE_FILE", "add_commands", "read_state"]
 
@@ -49,6 +50,7 @@ def add_commands(subparsers: argparse._SubParsersAction, demo: DemoTask) -> None
     )
     up.add_argument("--latency", type=float, default=0.0, help="local model: simulated seconds per call (0)")
     up.add_argument("--seed", type=int, default=0, help="local model: seed (0; the transformer's initialization too)")
+    _add_agent_options(up)
     up.add_argument(
         "--dispatcher-environments", type=int, default=2, help="dispatcher worker processes per experiment (2)"
     )
@@ -80,7 +82,7 @@ def _add_demo(subparsers: argparse._SubParsersAction, task: DemoTask) -> None:
     demo = subparsers.add_parser(
         "demo", help=f"bring the local stack up, run {task.agent.name} in GRPO groups, summarize, shut down"
     )
-    demo.add_argument("--prompts", type=int, default=16, help="dataset prompts (16)")
+    demo.add_argument("--prompts", type=int, help="dataset prompts (16; with --dataset, every row)")
     demo.add_argument("--samples", type=int, default=4, help="samples per prompt, the GRPO group size (4)")
     demo.add_argument("--concurrency", type=int, default=16, help="rollouts in flight at most (16)")
     demo.add_argument("--temperature", type=float, default=0.8, help="sampling temperature (0.8)")
@@ -89,18 +91,85 @@ def _add_demo(subparsers: argparse._SubParsersAction, task: DemoTask) -> None:
     demo.add_argument("--model-url", help="use this OpenAI-compatible endpoint (http://host:port/v1), not the stand-in")
     demo.add_argument("--model-id", default=task.model_id, help=f"model name sent to the endpoint ({task.model_id})")
     demo.add_argument("--output", type=Path, help="results JSONL (default: results/demo-<time>.jsonl)")
+    demo.add_argument(
+        "--dataset", type=Path, help="JSONL of payloads to run instead (input id from each row's input_id or id)"
+    )
+    _add_agent_options(demo)
     _add_run_dir(demo)
     demo.set_defaults(func=_demo, task=task)
 
 
+def _add_agent_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("your own agent (instead of the example math agent)")
+    group.add_argument(
+        "--agent",
+        dest="agent_target",
+        metavar="TARGET",
+        help="an agent written for ACR: FILE[:NAME] or MODULE:NAME (an AgentCoreRLApp, or a BedrockAgentCoreApp "
+        "with @app.entrypoint)",
+    )
+    group.add_argument(
+        "--agent-env", action="append", metavar="NAME=VALUE", help="an environment variable for its sessions"
+    )
+    group.add_argument("--agent-name", help="its runtime name (default: the file's folder or the module)")
+    group.add_argument(
+        "--agent-workdir", type=Path, help="where its sessions start (default: the file's folder, or here)"
+    )
+    group.add_argument(
+        "--agent-start-timeout",
+        type=float,
+        default=60.0,
+        help="seconds it may take to answer /ping when checked before the stack starts (60, ACR's limit)",
+    )
+    group.add_argument(
+        "--model-script",
+        type=Path,
+        help="scripted answers for the stand-in model (JSON, local_stack.model_endpoint.script)",
+    )
+
+
+def _hosted_agent(args: argparse.Namespace, default: LocalAgent, command: str) -> LocalAgent | None:
+    """The agent to host: ``default``, or ``--agent TARGET`` once it answered ``/ping``; ``None`` after an error."""
+    from local_stack.agent_target import AgentStartError, AgentTargetError, check_agent, parse_env, target_agent
+
+    own = ("--agent-env", args.agent_env), ("--agent-name", args.agent_name), ("--agent-workdir", args.agent_workdir)
+    if args.agent_target is None:
+        given = [flag for flag, value in own if value is not None]
+        if given:
+            print(f"{command}: {', '.join(given)} need --agent TARGET", file=sys.stderr)
+            return None
+        return default
+    try:
+        agent = target_agent(
+            args.agent_target,
+            name=args.agent_name,
+            working_dir=args.agent_workdir,
+            environment=parse_env(args.agent_env),
+        )
+        print(f"checking the agent {args.agent_target} (its import and /ping) ...", file=sys.stderr)
+        check_agent(agent, run_dir=args.run_dir, timeout_s=args.agent_start_timeout)
+    except (AgentTargetError, AgentStartError, ValueError) as exc:
+        print(f"{command}: {exc}\nnothing was started.", file=sys.stderr)
+        return None
+    return agent
+
+
 def _demo(args: argparse.Namespace) -> int:
-    from local_stack.demo import DemoSettings, run_demo
+    from local_stack.demo import DemoSettings, dataset_task, run_demo
 
     if _already_running(args.run_dir) or not _run_dir_usable(args.run_dir, "rollouts demo"):
         return 1
+    task = args.task
+    agent = _hosted_agent(args, task.agent, "rollouts demo")
+    if agent is None:
+        return 1
     try:
+        if args.dataset is not None:
+            task = dataset_task(agent, args.dataset)
+        elif agent is not task.agent:
+            raise ValueError("--agent needs --dataset FILE: the example's dataset is for the example agent")
         settings = DemoSettings(
-            prompts=args.prompts,
+            prompts=args.prompts if args.prompts is not None else task.default_prompts,
             samples_per_prompt=args.samples,
             concurrency=args.concurrency,
             temperature=args.temperature,
@@ -108,13 +177,14 @@ def _demo(args: argparse.Namespace) -> int:
             seed=args.seed,
             model_url=args.model_url,
             model_id=args.model_id,
+            model_script=args.model_script,
             run_dir=args.run_dir,
             output=args.output,
         )
     except ValueError as exc:
         print(f"rollouts demo: {exc}", file=sys.stderr)
         return 2
-    report = run_demo(args.task, settings)
+    report = run_demo(task, settings)
     return 0 if report.by_status.get("succeeded", 0) > 0 else 1
 
 
@@ -184,12 +254,17 @@ def _up(args: argparse.Namespace) -> int:
 
     if _already_running(args.run_dir) or not _run_dir_usable(args.run_dir, "rollouts local up"):
         return 1
+    agent = _hosted_agent(args, args.agent, "rollouts local up")
+    if agent is None:
+        return 1
     try:
-        settings = args.agent.settings(
+        settings = agent.settings(
             run_dir=args.run_dir,
             experiments=tuple(args.exp or ("demo",)),
             model_base_url=args.model_url,
-            model=EndpointSettings(seed=args.seed, latency_s=args.latency, policy=args.policy),
+            model=EndpointSettings(
+                seed=args.seed, latency_s=args.latency, policy=args.policy, script=args.model_script
+            ),
             gateway=not args.no_gateway,
             workers=not args.no_workers,
             dispatcher_environments=args.dispatcher_environments,

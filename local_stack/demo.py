@@ -10,24 +10,27 @@ writes every result as JSONL, and shuts everything down.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import httpx
 
 from local_stack._process import environment
-from local_stack.hosting import DemoTask
+from local_stack.hosting import DemoTask, LocalAgent
+from local_stack.model_endpoint import EndpointSettings
 from local_stack.stack import DEFAULT_RUN_DIR, LocalStack
-from rollout_contract import validate_timeout_s
+from rollout_contract import InvalidIdError, validate_input_id, validate_timeout_s
 from trainer_client import BatchItem, FailurePolicy, GroupCollector, PollSettings, RolloutClient, RolloutGroup
 from trainer_client.progress import BatchSummary, RolloutProgress
 
-__all__ = ["DemoReport", "DemoSettings", "DemoTask", "run_demo"]
+__all__ = ["DemoReport", "DemoSettings", "DemoTask", "dataset_task", "run_demo"]
 
 DEMO_EXPERIMENT = "demo"
 #: How long the demo waits, after the last result, for the finisher to stop the last sessions.
@@ -48,6 +51,7 @@ class DemoSettings:
         policy: what to do with groups that have failed members.
         model_url: a real OpenAI-compatible endpoint (``http://host:port/v1``) instead of the stand-in.
         model_id: the model name sent to the endpoint (default: the task's).
+        model_script: scripted answers for the stand-in model (``local_stack.model_endpoint.script``).
         run_dir: the local stack's logs and state.
         output: where the results go (default: ``results/demo-<UTC time>.jsonl``).
     """
@@ -61,10 +65,14 @@ class DemoSettings:
     policy: FailurePolicy = FailurePolicy.DROP_FAILED
     model_url: str | None = None
     model_id: str | None = None
+    model_script: Path | None = None
     run_dir: Path = DEFAULT_RUN_DIR
     output: Path | None = None
 
     def __post_init__(self) -> None:
+        for name in ("model_script", "run_dir", "output"):  # str or any os.PathLike
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(os.fspath(getattr(self, name))))
         for name in ("prompts", "samples_per_prompt", "concurrency"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -145,17 +153,18 @@ def run_demo(task: DemoTask, settings: DemoSettings, out: TextIO = sys.stdout) -
         run_dir=settings.run_dir,
         experiments=(DEMO_EXPERIMENT,),
         model_base_url=settings.model_url,
+        model=EndpointSettings(script=settings.model_script),
         session_budget=settings.concurrency,
     )
     out.write(f"starting the local stack (logs in {settings.run_dir}/) ...\n")
     with LocalStack(stack_settings) as stack:
         report.startup_s = time.monotonic() - started
+        prompts = task.dataset(settings.prompts, settings.seed)
         out.write(
-            f"stack up in {report.startup_s:.1f} s; running {settings.prompts} prompts x "
+            f"stack up in {report.startup_s:.1f} s; running {len(prompts)} prompts x "
             f"{settings.samples_per_prompt} samples\n"
         )
-        prompts = task.dataset(settings.prompts, settings.seed)
-        progress = RolloutProgress(settings.prompts * settings.samples_per_prompt)
+        progress = RolloutProgress(len(prompts) * settings.samples_per_prompt)
         report.summary = progress.summary
         collector = GroupCollector(settings.samples_per_prompt, settings.policy, eps=1e-6)
         with (
@@ -178,12 +187,47 @@ def run_demo(task: DemoTask, settings: DemoSettings, out: TextIO = sys.stdout) -
                 sink.write(json.dumps(item.to_record()) + "\n")
                 if (group := collector.add(item)) is not None:
                     report.add_group(group)
-        report.groups_dropped = settings.prompts - report.groups_kept
+        report.groups_dropped = len(prompts) - report.groups_kept
         progress.close()
         report.sessions_started, report.sessions_stopped = _wait_for_stops(stack, report.summary.done)
     report.total_s = time.monotonic() - started
     report.render(out)
     return report
+
+
+def dataset_task(agent: LocalAgent, path: str | os.PathLike[str], model_id: str = "stand-in") -> DemoTask:
+    """A :class:`DemoTask` running ``agent`` on the rows of a JSONL file, in file order (each row a payload).
+
+    A row's input id is its ``input_id`` field, else its ``id``, else ``row-<n>``.
+
+    Raises:
+        ValueError: the file cannot be read, a line is not a JSON object, or an id is not key-safe.
+    """
+    path = Path(os.fspath(path))
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"--dataset {path}: cannot read it ({exc})") from exc
+    rows: list[tuple[str, Mapping[str, Any]]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{number} is not JSON ({exc.msg}); give one JSON object per line") from exc
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{number} is a JSON {type(row).__name__}; give one JSON object per line")
+        input_id = str(row.get("input_id", row.get("id", f"row-{number}")))
+        try:
+            rows.append((validate_input_id(input_id), row))
+        except InvalidIdError as exc:
+            raise ValueError(f"{path}:{number}: {exc}") from exc
+    if not rows:
+        raise ValueError(f"--dataset {path} has no rows; give one JSON object (an agent payload) per line")
+    return DemoTask(
+        agent=agent, dataset=lambda count, _seed: rows[:count], model_id=model_id, default_prompts=len(rows)
+    )
 
 
 def _wait_for_stops(stack: LocalStack, expected: int) -> tuple[int, int]:

@@ -7,9 +7,11 @@ mount its commands.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -45,16 +47,23 @@ class LocalAgent:
         name: the runtime's name (ACR's rule, see :func:`validate_agent_name`).
         command: the process each session runs; it listens on ``PORT``.
         preload: modules the emulator's fork server imports once, so sessions start without importing them.
+        working_dir: where every session's process starts (default: the project's root).
+        environment: variables every session's process gets on top of the stack's (``PYTHONPATH`` is put
+            before the stack's, the others replace it).
     """
 
     name: str
     command: tuple[str, ...]
     preload: tuple[str, ...] = ()
+    working_dir: Path | None = None
+    environment: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         validate_agent_name(self.name)
         if not self.command:
             raise ValueError(f"agent {self.name!r} has no command: give the argv its sessions run")
+        if self.working_dir is not None:
+            object.__setattr__(self, "working_dir", Path(os.fspath(self.working_dir)))
 
     def settings(self, **fields: Any) -> StackSettings:
         """Return ``StackSettings(**fields)`` hosting this agent (``runtime_options`` are merged over the preload)."""
@@ -62,7 +71,12 @@ class LocalAgent:
 
         runtime_options = {"preload": self.preload, **fields.pop("runtime_options", {})}
         return StackSettings(
-            agent_name=self.name, agent_command=self.command, runtime_options=runtime_options, **fields
+            agent_name=self.name,
+            agent_command=self.command,
+            agent_working_dir=self.working_dir,
+            agent_environment=dict(self.environment),
+            runtime_options=runtime_options,
+            **fields,
         )
 
 
@@ -74,8 +88,10 @@ class DemoTask:
         agent: the agent the stack hosts.
         dataset: ``(count, seed) -> [(input_id, payload), ...]``, ``count`` prompts, the same for the same seed.
         model_id: the model name sent to the endpoint unless the command line gives one.
+        default_prompts: how many prompts the demo runs unless the command line says.
     """
 
     agent: LocalAgent
     dataset: Callable[[int, int], Sequence[tuple[str, Mapping[str, Any]]]]
     model_id: str
+    default_prompts: int = 16

@@ -47,7 +47,17 @@ from local_stack.worker import DEFAULT_HANDLERS
 from rollout_contract.ids import validate_experiment
 from rollout_contract.resources import ExperimentDescriptor
 
-__all__ = ["DEFAULT_RUN_DIR", "PROJECT_ROOT", "LocalStack", "StackSettings", "runtime_arn", "start", "stop"]
+__all__ = [
+    "DEFAULT_RUN_DIR",
+    "PROJECT_ROOT",
+    "LocalStack",
+    "StackSettings",
+    "agent_environment",
+    "agent_runtime",
+    "runtime_arn",
+    "start",
+    "stop",
+]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RUN_DIR = Path(".local-stack")
@@ -73,6 +83,8 @@ class StackSettings:
         workers: run a Lambda worker per experiment.
         agent_name: the agent's runtime name; its ARN is ``runtime/<agent_name>-<exp_id>`` (:func:`runtime_arn`).
         agent_command: the agent process each session runs (needed with the emulator); it listens on ``PORT``.
+        agent_working_dir: where the agent's processes start (default: the project's root).
+        agent_environment: more variables for the agent's processes (see :func:`agent_environment`).
         handlers: dotted handler paths per role (``dispatcher``, ``finisher``, ``sweeper``).
         dispatcher_environments: dispatcher worker processes per experiment. Each is one Lambda execution
             environment (one invocation at a time, batch records handled in parallel inside it), like
@@ -99,6 +111,8 @@ class StackSettings:
     workers: bool = True
     agent_name: str = DEFAULT_AGENT_NAME
     agent_command: tuple[str, ...] = ()
+    agent_working_dir: Path | None = None
+    agent_environment: Mapping[str, str] = field(default_factory=dict)
     handlers: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_HANDLERS))
     dispatcher_environments: int = 2
     finisher_environments: int = 1
@@ -111,6 +125,11 @@ class StackSettings:
     emulator_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        # Paths may come as str or any os.PathLike.
+        object.__setattr__(self, "run_dir", Path(os.fspath(self.run_dir)))
+        object.__setattr__(self, "extra_pythonpath", tuple(Path(os.fspath(p)) for p in self.extra_pythonpath))
+        if self.agent_working_dir is not None:
+            object.__setattr__(self, "agent_working_dir", Path(os.fspath(self.agent_working_dir)))
         if not self.experiments:
             raise ValueError("give at least one experiment id")
         if not self.sweep_interval_s > 0:
@@ -253,21 +272,8 @@ class LocalStack:
 
     def emulator_config(self) -> dict[str, Any]:
         """The ACR emulator's config: the agent registered once per experiment."""
-        agent_env = {
-            "AWS_ENDPOINT_URL_S3": self._moto_url(),
-            "AWS_REGION": LOCAL_REGION,
-            "AWS_DEFAULT_REGION": LOCAL_REGION,
-            "PYTHONPATH": str(PROJECT_ROOT),
-            **credentials("agent"),
-        }
         runtimes = [
-            {
-                "arn": runtime_arn(exp_id, self.settings.agent_name),
-                "command": list(self.settings.agent_command),
-                "working_dir": str(PROJECT_ROOT),
-                "environment": agent_env,
-                **self.settings.runtime_options,
-            }
+            agent_runtime(self.settings, runtime_arn(exp_id, self.settings.agent_name), self._moto_url())
             for exp_id in self.settings.experiments
         ]
         return {**self.settings.emulator_options, "runtimes": runtimes}
@@ -377,6 +383,30 @@ class LocalStack:
             ],
             "env": self.env,
         }
+
+
+def agent_environment(settings: StackSettings, s3_endpoint: str | None) -> dict[str, str]:
+    """The variables the stack gives the agent's processes: the local region and credentials, results to
+    ``s3_endpoint`` (the moto server), ``PYTHONPATH`` with the project, then ``settings.agent_environment``."""
+    extra = dict(settings.agent_environment)
+    env = {"AWS_REGION": LOCAL_REGION, "AWS_DEFAULT_REGION": LOCAL_REGION, **credentials("agent")}
+    if s3_endpoint is not None:
+        env["AWS_ENDPOINT_URL_S3"] = s3_endpoint
+    env["PYTHONPATH"] = os.pathsep.join(
+        [*([extra.pop("PYTHONPATH")] if "PYTHONPATH" in extra else []), str(PROJECT_ROOT)]
+    )
+    return {**env, **extra}
+
+
+def agent_runtime(settings: StackSettings, arn: str, s3_endpoint: str | None) -> dict[str, Any]:
+    """The emulator's runtime entry (``RuntimeConfig`` fields) that hosts the stack's agent under ``arn``."""
+    return {
+        "arn": arn,
+        "command": list(settings.agent_command),
+        "working_dir": str(settings.agent_working_dir or PROJECT_ROOT),
+        "environment": agent_environment(settings, s3_endpoint),
+        **settings.runtime_options,
+    }
 
 
 def _pythonpath(first: Path, rest: str | None) -> str:

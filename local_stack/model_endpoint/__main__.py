@@ -25,10 +25,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--latency", type=float, default=0.0, help="simulated seconds per call")
     parser.add_argument("--policy", choices=POLICIES, default=STAND_IN, help="what answers (default: the stand-in)")
+    parser.add_argument(
+        "--script", type=Path, help="scripted answers for the stand-in (JSON; see model_endpoint.script)"
+    )
     args = parser.parse_args(argv)
     try:
         settings = EndpointSettings(
-            model_name=args.model_name, seed=args.seed, latency_s=args.latency, policy=args.policy
+            model_name=args.model_name, seed=args.seed, latency_s=args.latency, policy=args.policy, script=args.script
         )
     except ValueError as exc:
         parser.error(str(exc))

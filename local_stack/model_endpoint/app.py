@@ -21,12 +21,14 @@ import asyncio
 import hashlib
 import importlib.util
 import json
+import os
 import random
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from starlette.applications import Starlette
@@ -34,7 +36,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from local_stack.model_endpoint.policy import Sampled, StandInPolicy, Turn
+from local_stack.model_endpoint.policy import Sampled, Sampler, StandInPolicy, Turn
+from local_stack.model_endpoint.script import Script
 from local_stack.model_endpoint.tokenizer import Tokenizer
 
 __all__ = [
@@ -69,14 +72,22 @@ class EndpointSettings:
         latency_s: simulated time per call, before the first byte (benchmarks use it to size rollouts).
         policy: ``"stand-in"`` (the scripted math policy) or ``"transformer"`` (the tiny PyTorch policy of
             :mod:`local_stack.tiny_policy`, initialized from ``seed``; needs ``make ml-env``).
+        script: a file of scripted answers the stand-in gives before its own rules
+            (:mod:`local_stack.model_endpoint.script`); checked when the settings are made.
     """
 
     model_name: str = DEFAULT_MODEL_NAME
     seed: int = 0
     latency_s: float = 0.0
     policy: str = STAND_IN
+    script: Path | None = None
 
     def __post_init__(self) -> None:
+        if self.script is not None:
+            object.__setattr__(self, "script", Path(os.fspath(self.script)).resolve())
+            if self.policy != STAND_IN:
+                raise ValueError(f"a model script is answered by the stand-in policy, not by {self.policy!r}")
+            Script.load(self.script)
         if self.latency_s < 0:
             raise ValueError(f"latency_s must be >= 0, got {self.latency_s}")
         if self.policy not in POLICIES:
@@ -199,6 +210,7 @@ class _StandIn:
         self.settings = settings
         self.tokenizer = Tokenizer()
         self.policy = StandInPolicy(self.tokenizer)
+        self.script = Script.load(settings.script) if settings.script is not None else None
         self._seen: OrderedDict[str, int] = OrderedDict()
 
     def rng(self, request: ChatRequest) -> random.Random:
@@ -214,14 +226,27 @@ class _StandIn:
         return random.Random(int.from_bytes(hashlib.sha256(material).digest()[:8], "big"))
 
     async def complete(self, request: ChatRequest) -> Completion:
-        turn = self.policy.respond(
+        rng = self.rng(request)
+        turn = self._scripted(request, rng) or self.policy.respond(
             request.messages,
             tools=request.tools,
             tool_choice=request.tool_choice,
             temperature=request.temperature,
-            rng=self.rng(request),
+            rng=rng,
         )
         return Completion(self.tokenizer.chat_prompt_ids(request.messages, request.tools), turn)
+
+    def _scripted(self, request: ChatRequest, rng: random.Random) -> Turn | None:
+        """The script's turn for ``request`` as tokens, or ``None`` when there is no script or no match."""
+        if self.script is None:
+            return None
+        scripted = self.script.next_turn(request.messages, temperature=request.temperature, rng=rng)
+        if scripted is None:
+            return None
+        sampler = Sampler(self.tokenizer, request.temperature, rng)
+        if scripted.tool is not None:
+            return sampler.tool_turn(scripted.tool, scripted.arguments)
+        return sampler.text_turn([scripted.content or ""])
 
     def routes(self) -> Sequence[Route]:
         return ()

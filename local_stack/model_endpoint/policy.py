@@ -30,7 +30,17 @@ from typing import Any, NamedTuple
 from local_stack.model_endpoint.tokenizer import EOS_ID, Token, Tokenizer
 from local_stack.problems import Problem, parse_problem
 
-__all__ = ["CALCULATOR_TOOL", "MISTAKE_SCALE", "Part", "Sampled", "StandInPolicy", "Turn", "mistake_probability"]
+__all__ = [
+    "CALCULATOR_TOOL",
+    "MISTAKE_SCALE",
+    "Part",
+    "Sampled",
+    "Sampler",
+    "StandInPolicy",
+    "Turn",
+    "message_text",
+    "mistake_probability",
+]
 
 CALCULATOR_TOOL = "calculator"
 MISTAKE_SCALE = 0.5
@@ -112,7 +122,7 @@ class StandInPolicy:
         rng: random.Random,
     ) -> Turn:
         """Return the assistant's next turn for ``messages``, drawing every random choice from ``rng``."""
-        sampler = _Sampler(self._tokenizer, temperature, rng)
+        sampler = Sampler(self._tokenizer, temperature, rng)
         problem = _find_problem(messages)
         if problem is None:
             return sampler.text_turn([POLITE_ANSWER])
@@ -137,7 +147,7 @@ class StandInPolicy:
         )
 
 
-class _Sampler:
+class Sampler:
     """Turn chosen text into tokens with log-probabilities."""
 
     def __init__(self, tokenizer: Tokenizer, temperature: float, rng: random.Random) -> None:
@@ -176,7 +186,8 @@ class _Sampler:
         return Turn(parts, call, "tool_calls")
 
 
-def _text_of(content: Any) -> str:
+def message_text(content: Any) -> str:
+    """The text of a message's ``content``: a string, or the ``text`` of its parts joined by newlines."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -185,7 +196,7 @@ def _text_of(content: Any) -> str:
 
 
 def _find_problem(messages: Sequence[Mapping[str, Any]]) -> Problem | None:
-    user_texts = [_text_of(m.get("content")) for m in messages if m.get("role") == "user"]
+    user_texts = [message_text(m.get("content")) for m in messages if m.get("role") == "user"]
     if not user_texts:
         return None
     text = user_texts[-1]
@@ -201,7 +212,7 @@ def _last_tool_result(messages: Sequence[Mapping[str, Any]]) -> str | None:
     for message in reversed(messages):
         role = message.get("role")
         if role == "tool":
-            return _text_of(message.get("content"))
+            return message_text(message.get("content"))
         if role == "user":
             return None
     return None

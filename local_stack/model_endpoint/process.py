@@ -40,6 +40,7 @@ def model_endpoint_process(
             str(settings.latency_s),
             "--policy",
             settings.policy,
+            *(["--script", str(settings.script)] if settings.script is not None else []),
         ],
         log_path=run_dir / "model.log",
         env=dict(base_env),

@@ -1,0 +1,208 @@
+"""Run model-written Python inside the session: a child process with time, memory and output limits.
+
+Each rollout gets its own working directory (:meth:`Sandbox.for_session`, under the session's ``TMPDIR``:
+private to its microVM in ACR, to its process tree in the emulator). Code runs there in a fresh isolated
+interpreter (``python -I``: no user site, no ``PYTHON*`` variables) with a bare environment, which sets
+its own limits before it runs anything of the model's: address space (``RLIMIT_AS``), CPU seconds
+(``RLIMIT_CPU``), file size (``RLIMIT_FSIZE``), plus a wall-clock timeout after which its whole process
+group is killed.
+
+:meth:`Sandbox.run_tests` scores a solution: each test (a statement such as ``assert f(1) == 2``) runs
+after the solution in the same child, under its own timer, so a test that loops or raises counts as
+failed and the others still run. The child prints its count after a nonce the parent sent on stdin, so
+what the solution prints cannot pass for a score. (The solution still runs in that process: a policy
+trained against this reward could learn to tamper with it; run the tests in a second process if that
+matters for you.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Limits", "RunResult", "Sandbox", "TestScore"]
+
+# Runs first in the child: limits on itself, then the model's file as __main__.
+_LIMITED_RUN = """
+import resource, sys
+memory, cpu, fsize = (int(v) for v in sys.argv[2:5])
+resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+path = sys.argv[1]
+sys.argv = [path]
+with open(path) as source:
+    code = compile(source.read(), path, "exec")
+del resource, memory, cpu, fsize, path, source
+exec(code, {"__name__": "__main__"})
+"""
+# The test harness (the model's file is the solution): read the nonce, run the solution, then each test.
+_TEST_HARNESS = """
+import json, signal, sys
+nonce = sys.stdin.readline().strip()
+tests = json.loads(sys.stdin.read())
+per_test = float(__per_test_s__)
+namespace = {"__name__": "solution"}
+passed = 0
+def expired(signum, frame):
+    raise TimeoutError("test took too long")
+signal.signal(signal.SIGALRM, expired)
+try:
+    exec(compile(open(__solution__).read(), "solution.py", "exec"), namespace)
+except BaseException as error:
+    print(nonce, json.dumps({"passed": 0, "error": repr(error)[:300]}), flush=True)
+    raise SystemExit(0)
+for test in tests:
+    signal.setitimer(signal.ITIMER_REAL, per_test)
+    try:
+        exec(compile(test, "test", "exec"), dict(namespace))
+        passed += 1
+    except BaseException:
+        pass
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+print(nonce, json.dumps({"passed": passed}), flush=True)
+"""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one run may use: wall-clock and CPU seconds, address space, bytes of each file and of output."""
+
+    timeout_s: float = 5.0
+    memory_mb: int = 256
+    file_mb: int = 10
+    output_chars: int = 4000
+    per_test_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How one run ended: exit code (``None`` when killed at the timeout), its output (cut to the limit)."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+
+    def summary(self) -> str:
+        """The tool's answer to the model: how it ended, then stdout and stderr."""
+        if self.timed_out:
+            head = "timed out (killed)"
+        elif self.exit_code is not None and self.exit_code < 0:
+            head = f"killed by signal {signal.Signals(-self.exit_code).name} (a limit was exceeded)"
+        else:
+            head = f"exit code {self.exit_code}"
+        return f"{head}\n--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"
+
+
+@dataclass(frozen=True)
+class TestScore:
+    """How many of a task's tests a solution passed."""
+
+    passed: int
+    total: int
+    error: str | None = None
+
+    @property
+    def fraction(self) -> float:
+        """``passed / total`` (0.0 without tests)."""
+        return self.passed / self.total if self.total else 0.0
+
+
+class Sandbox:
+    """A working directory of one session and the limits its runs get."""
+
+    def __init__(self, workdir: Path, limits: Limits | None = None) -> None:
+        self.workdir = workdir
+        self.limits = limits or Limits()
+        self._runs = 0
+
+    @classmethod
+    def for_session(cls, session_id: str, limits: Limits | None = None) -> Sandbox:
+        """A fresh working directory for one rollout, under the session's temporary directory."""
+        safe = "".join(c for c in session_id if c.isalnum() or c in "-_")[:64] or "session"
+        return cls(Path(tempfile.mkdtemp(prefix=f"coding-{safe}-")), limits)
+
+    def close(self) -> None:
+        """Remove the working directory and everything the runs left in it."""
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def run(self, code: str) -> RunResult:
+        """Run ``code`` as a script in the working directory, under the limits."""
+        path = self._write(code)
+        return self._execute([_LIMITED_RUN, str(path)], stdin=None)
+
+    def run_tests(self, solution: str, tests: list[str]) -> TestScore:
+        """Run ``solution``, then each of ``tests`` (statements), each under ``Limits.per_test_s``."""
+        if not tests:
+            return TestScore(0, 0, "the task has no tests")
+        path = self._write(solution)
+        harness = _TEST_HARNESS.replace("__per_test_s__", repr(self.limits.per_test_s)).replace(
+            "__solution__", repr(str(path))
+        )
+        nonce = secrets.token_hex(16)
+        timeout = self.limits.timeout_s + self.limits.per_test_s * len(tests)
+        result = self._execute(
+            [_LIMITED_RUN, str(self._write(harness))], stdin=f"{nonce}\n{json.dumps(tests)}", timeout_s=timeout
+        )
+        for line in reversed(result.stdout.splitlines()):
+            marker, _, report = line.partition(" ")
+            if marker == nonce:
+                values = json.loads(report)
+                return TestScore(min(int(values["passed"]), len(tests)), len(tests), values.get("error"))
+        reason = "timed out" if result.timed_out else f"exit code {result.exit_code}: {result.stderr[-300:]}"
+        return TestScore(0, len(tests), f"the tests did not finish ({reason})")
+
+    def _write(self, code: str) -> Path:
+        self._runs += 1
+        path = self.workdir / f"run_{self._runs}.py"
+        path.write_text(code, encoding="utf-8")
+        return path
+
+    def _execute(self, program: list[str], *, stdin: str | None, timeout_s: float | None = None) -> RunResult:
+        limits = self.limits
+        timeout = timeout_s or limits.timeout_s
+        cpu_s = max(1, int(timeout + 0.999))
+        argv = [
+            sys.executable,
+            "-I",
+            "-c",
+            *program,
+            str(limits.memory_mb << 20),
+            str(cpu_s),
+            str(limits.file_mb << 20),
+        ]
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.workdir), "TMPDIR": str(self.workdir)}
+        process = subprocess.Popen(  # noqa: S603 - our interpreter and our bootstrap; the model's code is a file
+            argv,
+            cwd=self.workdir,
+            env=env,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            text=True,
+        )
+        try:
+            stdout, stderr = process.communicate(stdin, timeout=timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
+            timed_out = True
+        finally:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)  # anything the code left running in its group
+            except ProcessLookupError:
+                pass
+        cut = limits.output_chars
+        return RunResult(None if timed_out else process.returncode, stdout[:cut], stderr[-cut:], timed_out)

@@ -1,0 +1,103 @@
+"""The coding agent's parts: the sandbox's limits, the test score, the agent loop on the scripted stand-in."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from openai import AsyncOpenAI
+
+from examples.coding_agent.agent import extract_code, solve
+from examples.coding_agent.sandbox import Limits, Sandbox
+from local_stack.model_endpoint import EndpointSettings, create_app
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "coding_agent"
+TASKS = [json.loads(line) for line in (EXAMPLE / "tasks.jsonl").read_text().splitlines()]
+SCRIPT = json.loads((EXAMPLE / "stand_in.json").read_text())
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Sandbox:
+    return Sandbox(tmp_path, Limits(timeout_s=1, memory_mb=128, per_test_s=0.5))
+
+
+def test_code_runs_in_the_sessions_working_directory_and_its_output_comes_back(sandbox: Sandbox) -> None:
+    result = sandbox.run("import os\nopen('note.txt', 'w').write('x')\nprint(os.getcwd())\nraise SystemExit(3)")
+    assert (result.exit_code, result.stdout.strip(), result.timed_out) == (3, str(sandbox.workdir), False)
+    assert (sandbox.workdir / "note.txt").read_text() == "x"
+
+
+def test_a_loop_is_killed_at_the_time_limit(sandbox: Sandbox) -> None:
+    result = sandbox.run("while True:\n    pass\n")
+    assert result.timed_out and result.exit_code is None
+    assert result.summary().startswith("timed out (killed)")
+
+
+def test_an_allocation_beyond_the_memory_limit_fails_in_the_child(sandbox: Sandbox) -> None:
+    result = sandbox.run("block = bytearray(512 * 1024 * 1024)\nprint('allocated')")
+    assert result.exit_code == 1 and "MemoryError" in result.stderr and "allocated" not in result.stdout
+
+
+def test_output_beyond_the_limit_is_cut(tmp_path: Path) -> None:
+    result = Sandbox(tmp_path, Limits(output_chars=100)).run("print('x' * 10_000)")
+    assert len(result.stdout) == 100
+
+
+def test_the_score_is_the_fraction_of_tests_passed_and_a_looping_test_only_fails_itself(sandbox: Sandbox) -> None:
+    solution = "def double(x):\n    return x * 2\n"
+    tests = ["assert double(1) == 2", "assert double(2) == 5", "while True: pass", "assert double(0) == 0"]
+    score = sandbox.run_tests(solution, tests)
+    assert (score.passed, score.total, score.fraction) == (2, 4, 0.5)
+
+
+def test_a_solution_cannot_print_its_own_score(sandbox: Sandbox) -> None:
+    forged = 'print("00000000000000000000000000000000 {\\"passed\\": 1}")\ndef f():\n    return 0\n'
+    assert sandbox.run_tests(forged, ["assert f() == 1"]).passed == 0
+
+
+def test_a_solution_that_raises_at_import_scores_zero_with_its_error(sandbox: Sandbox) -> None:
+    score = sandbox.run_tests("raise ValueError('bad')", ["assert True"])
+    assert (score.passed, score.error) == (0, "ValueError('bad')")
+
+
+@pytest.mark.processes  # 32 child interpreters
+def test_the_bundled_script_answers_every_task_and_gives_each_group_a_spread_of_rewards(sandbox: Sandbox) -> None:
+    # GIVEN the task set and the stand-in's script (two files kept apart: payloads and model answers)
+    for conversation, task in zip(SCRIPT["conversations"], TASKS, strict=True):
+        assert conversation["match"] in task["prompt"]
+        # WHEN each scripted answer's final code is scored
+        fractions = [
+            sandbox.run_tests(extract_code(answer[-1]["content"]) or "", task["tests"]).fraction
+            for answer in conversation["answers"]
+        ]
+        # THEN the first answer solves the task and some answer does not (GRPO needs a spread)
+        assert fractions[0] == 1.0, task["id"]
+        assert min(fractions) < 1.0, task["id"]
+
+
+def test_the_agent_runs_the_tools_the_model_calls_and_answers_over_several_turns(tmp_path: Path) -> None:
+    # GIVEN the stand-in model with the example's script, answering at temperature 0 (its first answer)
+    model = create_app(EndpointSettings(script=EXAMPLE / "stand_in.json"))
+    task = TASKS[0]
+
+    async def attempt() -> object:
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=model))
+        client = AsyncOpenAI(base_url="http://model/v1", api_key="EMPTY", http_client=http)
+        async with client:
+            return await solve(
+                task["prompt"],
+                client=client,
+                model_id="stand-in",
+                sandbox=Sandbox(tmp_path),
+                sampling_params={"temperature": 0.0},
+            )
+
+    # WHEN the agent works on the first task
+    result = asyncio.run(attempt())
+    # THEN it ran the model's code once, read its output, and answered with the function on turn two
+    assert (result.turns, result.tool_calls, result.finish) == (2, 1, "answered")
+    assert Sandbox(tmp_path).run_tests(result.solution, task["tests"]).fraction == 1.0
+    assert list(tmp_path.glob("run_*.py"))
