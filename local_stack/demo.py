@@ -27,7 +27,15 @@ from local_stack.hosting import DemoTask, LocalAgent
 from local_stack.model_endpoint import EndpointSettings
 from local_stack.stack import DEFAULT_RUN_DIR, LocalStack
 from rollout_contract import InvalidIdError, validate_input_id, validate_timeout_s
-from trainer_client import BatchItem, FailurePolicy, GroupCollector, PollSettings, RolloutClient, RolloutGroup
+from trainer_client import (
+    BatchItem,
+    FailurePolicy,
+    GroupCollector,
+    PollSettings,
+    RolloutClient,
+    RolloutGroup,
+    read_dataset,
+)
 from trainer_client.progress import BatchSummary, RolloutProgress
 
 __all__ = ["DemoReport", "DemoSettings", "DemoTask", "dataset_task", "run_demo"]
@@ -204,27 +212,13 @@ def dataset_task(agent: LocalAgent, path: str | os.PathLike[str], model_id: str 
         ValueError: the file cannot be read, a line is not a JSON object, or an id is not key-safe.
     """
     path = Path(os.fspath(path))
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"--dataset {path}: cannot read it ({exc})") from exc
     rows: list[tuple[str, Mapping[str, Any]]] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{number} is not JSON ({exc.msg}); give one JSON object per line") from exc
-        if not isinstance(row, dict):
-            raise ValueError(f"{path}:{number} is a JSON {type(row).__name__}; give one JSON object per line")
+    for number, row in enumerate(read_dataset(path), start=1):
         input_id = str(row.get("input_id", row.get("id", f"row-{number}")))
         try:
             rows.append((validate_input_id(input_id), row))
         except InvalidIdError as exc:
-            raise ValueError(f"{path}:{number}: {exc}") from exc
-    if not rows:
-        raise ValueError(f"--dataset {path} has no rows; give one JSON object (an agent payload) per line")
+            raise ValueError(f"{path}, row {number}: {exc}") from exc
     return DemoTask(
         agent=agent, dataset=lambda count, _seed: rows[:count], model_id=model_id, default_prompts=len(rows)
     )

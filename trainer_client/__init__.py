@@ -10,7 +10,7 @@
   arrive wrapped (:class:`AwsError`, :class:`SubmitError`).
 - Settings: :class:`PollSettings`, :class:`TraceSettings`; :class:`RolloutOptions` names the keywords
   that set ``_rollout`` fields (unknown keywords are a ``TypeError``; other fields go in ``rollout_config``).
-- The ``rollouts`` CLI: ``trainer_client._cli:main``.
+- :func:`read_dataset`: a JSONL dataset of payloads, read strictly. The ``rollouts`` CLI: ``trainer_client._cli:main``.
 
 Differences from agentcore-rl-toolkit (ART), same names otherwise:
 
@@ -36,6 +36,7 @@ from trainer_client._config import (
     RolloutOptions,
     TraceSettings,
 )
+from trainer_client._dataset import read_dataset
 from trainer_client._exceptions import (
     AgentError,
     AwsError,
@@ -91,5 +92,6 @@ __all__ = [
     "TokenTrace",
     "TraceSettings",
     "group_advantages",
+    "read_dataset",
     "read_journal",
 ]

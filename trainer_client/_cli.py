@@ -24,7 +24,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from rollout_contract.messages import DEFAULT_QUEUE_TIMEOUT_S, validate_timeout_
 from trainer_client._aws import new_session
 from trainer_client._client import RolloutClient
 from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S, PollSettings
+from trainer_client._dataset import json_object, read_dataset
 from trainer_client._eval import plan_eval, row_input_id, run_eval
 from trainer_client._exceptions import RolloutError
 from trainer_client.doctor import run_doctor
@@ -273,7 +274,7 @@ def _connect(args: argparse.Namespace, **options: Any) -> RolloutClient:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    rows = _read_dataset(args.dataset)
+    rows = _usage(read_dataset, args.dataset)
     for path, what in ((args.output, "output"), (args.journal or args.resume, "journal")):
         if path is not None and not path.parent.is_dir():
             raise UsageError(f"{what} {path}: directory {path.parent} does not exist; create it or choose another path")
@@ -323,47 +324,12 @@ def _rollout_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {name: value for name, value in fields.items() if value is not None}
 
 
-def _read_dataset(path: Path) -> list[dict[str, Any]]:
+def _usage(read: Callable[..., Any], *args: Any) -> Any:
+    """``read(*args)``, its ``ValueError`` (a bad input file) as a :class:`UsageError`."""
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read dataset {path}: {exc.strerror}") from exc
-    try:
-        lines = data.decode("utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        line_number = data.count(b"\n", 0, exc.start) + 1
-        raise UsageError(
-            f"{path}:{line_number} is not UTF-8 (byte 0x{data[exc.start]:02x}); save the dataset as UTF-8 JSONL"
-        ) from exc
-    rows = [
-        _json_object(line, f"{path}:{number}", "each line must be one JSON object")
-        for number, line in enumerate(lines, start=1)
-        if line.strip()
-    ]
-    if not rows:
-        raise UsageError(f"dataset {path} has no rows; give one JSON object (an agent payload) per line")
-    return rows
-
-
-def _json_object(text: str, where: str, fix: str) -> dict[str, Any]:
-    """Parse ``text`` as one JSON object (strict: no ``NaN``); a :class:`UsageError` names ``where`` and ``fix``."""
-    try:
-        value = json.loads(text, parse_constant=_refuse_constant)
-    except _NotJsonConstantError as exc:
-        raise UsageError(f"{where} holds {exc}, which is not JSON; use a number or null") from exc
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{where} is not JSON ({exc.msg}); {fix}") from exc
-    if not isinstance(value, dict):
-        raise UsageError(f"{where} is a JSON {type(value).__name__}; {fix}")
-    return value
-
-
-class _NotJsonConstantError(ValueError):
-    """A dataset row holds ``NaN``, ``Infinity`` or ``-Infinity`` (Python's json reads them; JSON has none)."""
-
-
-def _refuse_constant(constant: str) -> Any:
-    raise _NotJsonConstantError(constant)
+        return read(*args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def _input_ids(rows: list[dict[str, Any]], field: str | None) -> list[str]:
@@ -401,7 +367,7 @@ def _doctor(args: argparse.Namespace) -> int:
             text = args.canary.read_text(encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"cannot read canary payload {args.canary}: {exc.strerror}") from exc
-        canary = _json_object(text, f"canary payload {args.canary}", "give one JSON object")
+        canary = _usage(json_object, text, f"canary payload {args.canary}", "give one JSON object")
     healthy = run_doctor(
         args.experiment,
         region=args.region,

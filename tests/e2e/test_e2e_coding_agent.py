@@ -40,4 +40,4 @@ def test_the_readme_demo_runs_the_coding_agent_in_its_sandbox_and_scores_it_by_i
     assert any(result["tool_calls"] >= 1 and result["turns"] == 2 for result in results)
     assert len({result["rewards"] for result in results}) > 1
     out = capsys.readouterr().out
-    assert "rollouts        6 (succeeded 6)" in out and "sessions        6 started, 6 stopped" in out
+    assert "rollouts        6 (succeeded 6)" in out and "GRPO groups     3 kept" in out
