@@ -150,8 +150,12 @@ class DemoReport:
         out.write("\n".join(lines) + "\n")
 
 
-def run_demo(task: DemoTask, settings: DemoSettings, out: TextIO = sys.stdout) -> DemoReport:
-    """Run ``task`` end to end and return what it measured (the local stack is stopped on return)."""
+def run_demo(task: DemoTask, settings: DemoSettings, out: TextIO | None = None) -> DemoReport:
+    """Run ``task`` end to end and return what it measured (the local stack is stopped on return).
+
+    ``out`` is where the lines go (default: ``sys.stdout`` at the time of the call).
+    """
+    out = out if out is not None else sys.stdout
     report = DemoReport()
     started = time.monotonic()
     output = settings.output or Path("results") / f"demo-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.jsonl"
