@@ -84,3 +84,33 @@ def test_the_experimental_loop_task_shape_gives_group_payload_and_bare_model_nam
     assert art._request(task) == ({"q": 1}, "uid-7", {"base_url": "u", "model_id": "qwen", "api_key": "k"})
     with pytest.raises(RolloutContractError, match="payload"):
         art._request({"payload": "text"})
+
+
+def _experimental_row(**row: object) -> dict:
+    """What ART's experimental verl loop (``make_task``) sends: the dataset row plus group, sampling and llm."""
+    llm = {"model": "openai/qwen", "base_url": "http://gw/v1", "api_key": "sid", "temperature": 1.0, "top_p": 1.0}
+    return {**row, "uid": "u-1", "group_id": "u-1", "sampling_params": {"temperature": 1.0}, "llm": llm}
+
+
+@pytest.mark.parametrize(
+    ("task", "match"),
+    [
+        (_experimental_row(prompt="2+2?", answer="4"), "no `payload` dict"),  # a row without a payload column
+        ({**_experimental_row(payload={"q": 1}), "group_id": " "}, "no usable `group_id`"),
+        ({**_experimental_row(payload={"q": 1}), "llm": {"model": "m"}}, r"lacks \['base_url', 'api_key'\]"),
+        ({"prompt": "2+2?"}, "neither of ART's shapes"),
+    ],
+)
+def test_a_task_art_s3_session_would_refuse_is_refused_not_sent_whole(task, match):
+    # ART's own AgentCoreS3Session raises RolloutContractError for these; sent whole, the agent would get no
+    # base_url and the result no group
+    with pytest.raises(RolloutContractError, match=match):
+        art._request(task)
+
+
+def test_an_experimental_row_with_a_payload_column_sends_just_that_payload():
+    assert art._request(_experimental_row(payload={"prompt": "2+2?", "answer": "4"}, prompt="ignored")) == (
+        {"prompt": "2+2?", "answer": "4"},
+        "u-1",
+        {"base_url": "http://gw/v1", "model_id": "qwen", "api_key": "sid"},
+    )

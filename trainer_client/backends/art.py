@@ -15,11 +15,16 @@ unchanged::
 The agent is an ``agent_app`` (or ART ``AgentCoreRLApp``) ``@rollout_entrypoint``. ``run(task)`` takes
 either task shape ART's loops build:
 
-- ``{**payload, "_config": {"base_url", "model_id", "api_key"}}`` (the verl and slime loops): the agent
-  gets ``payload``, and ``_config`` becomes its ``_rollout`` fields;
-- ``{"payload", "group_id", "llm": {"base_url", "model", "api_key"}}`` (the experimental verl loop):
-  ``group_id`` is the result's ``input_id``, ``llm`` becomes ``_rollout`` (``model`` without its
-  ``provider/`` prefix).
+- ``{**payload, "_config": {"base_url", "model_id", "api_key"}}`` (``backends.verl.agent_loop`` and the
+  slime rollout): the agent gets ``payload``, and ``_config`` becomes its ``_rollout`` fields;
+- the experimental verl loop's row ``{..., "payload", "group_id", "llm": {"base_url", "model", "api_key"}}``:
+  the agent gets the row's ``payload`` column, ``group_id`` is the result's ``input_id``, ``llm`` becomes
+  ``_rollout`` (``model`` without its ``provider/`` prefix). As ART's own S3 session, a row without a
+  ``payload`` dict, a usable ``group_id`` or a complete ``llm`` raises ``RolloutContractError`` (the whole
+  run would train nothing); so does a task of neither shape.
+
+No sampling parameters are forwarded: ART's loops apply theirs in their own gateway (a session's
+``sampling_defaults``: ``temperature``, ``top_p``, ``top_k``, ``max_new_tokens``), which the agent calls.
 
 The dump: ``task_output`` is the stored result plus a scalar ``reward`` (what ART's loops read),
 ``reward`` the scalar reward, ``metrics`` the numeric entries of the agent's ``metrics``, ``exception`` the
@@ -93,7 +98,8 @@ class AgentCoreEventsSession(RolloutSession):
         Cancelling the call (ART's loop timing out) cancels the rollout.
 
         Raises:
-            RolloutContractError: a task whose ``payload`` is not a dict (every rollout of the run would fail).
+            RolloutContractError: a task of neither of ART's shapes, or a grouped row without ``payload``,
+                ``group_id`` or ``llm`` (every rollout of the run would fail).
             DispatchError: the dispatch queue refused the rollout.
             TimeoutError: no result, not even the sweeper's ``timed_out``, long after the deadline.
         """
@@ -156,27 +162,33 @@ def _numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _request(task: Mapping[str, Any]) -> tuple[dict[str, Any], object | None, dict[str, Any]]:
-    """``(payload, group, _rollout fields)`` from either of ART's task shapes."""
+    """``(payload, group, _rollout fields)`` from either of ART's task shapes (see the module docstring)."""
     if "_config" in task:
         config = task["_config"] or {}
         payload = {name: value for name, value in task.items() if name != "_config"}
         rollout = {name: config.get(name) for name in ("base_url", "model_id", "api_key")}
         return payload, None, _present(rollout)
-    if "payload" in task:
-        payload = task["payload"]
-        if not isinstance(payload, dict):
-            raise RolloutContractError(
-                f"the task's `payload` must be the agent's payload (a dict), got {type(payload).__name__}"
-            )
-        llm = task.get("llm") or {}
-        model = llm.get("model")
-        rollout = {
-            "base_url": llm.get("base_url"),
-            "model_id": str(model).split("/")[-1] if model else None,
-            "api_key": llm.get("api_key"),
-        }
-        return payload, task.get("group_id"), _present(rollout)
-    return dict(task), None, {}
+    if "llm" not in task and "payload" not in task:
+        raise RolloutContractError(
+            f"the task (keys {sorted(task)}) is neither of ART's shapes: {{**payload, '_config': {{base_url, "
+            "model_id, api_key}}} (ART's verl and slime loops) or a row with `payload`, `group_id` and `llm` "
+            "(ART's experimental verl loop)"
+        )
+    row_payload = task.get("payload")
+    if not isinstance(row_payload, dict):
+        raise RolloutContractError(
+            f"the task has no `payload` dict (got {type(row_payload).__name__}): author the dataset rows with a "
+            "`payload` column holding the agent's payload, as ART's loop forwards it unchanged"
+        )
+    group = task.get("group_id")
+    if group is None or not str(group).strip():
+        raise RolloutContractError(f"the task has no usable `group_id` (got {group!r}): it is the rollout's GRPO group")
+    llm = task.get("llm")
+    missing = [name for name in ("base_url", "model", "api_key") if not isinstance(llm, Mapping) or not llm.get(name)]
+    if missing or not isinstance(llm, Mapping):
+        raise RolloutContractError(f"the task's `llm` block lacks {missing} (got {llm!r})")
+    rollout = {"base_url": llm["base_url"], "model_id": str(llm["model"]).split("/")[-1], "api_key": llm["api_key"]}
+    return row_payload, group, rollout
 
 
 def _present(fields: Mapping[str, Any]) -> dict[str, Any]:
