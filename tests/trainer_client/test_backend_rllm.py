@@ -204,6 +204,13 @@ def test_rllms_own_agentcore_keys_are_accepted_and_checked_against_the_experimen
         wrong.initialize()
 
 
+def test_rllms_default_experiment_name_is_not_taken_for_one_of_ours():
+    # rLLM's rllm.trainer.experiment_name defaults to 'default', a valid name of no deployed experiment
+    with pytest.raises(ValueError, match=r"rLLM's default 'default'.*\+rllm.remote_runtime.agentcore.experiment=NAME"):
+        backend_rllm.AgentCoreEventsRuntime(_config(), exp_id="default")
+    assert backend_rllm.AgentCoreEventsRuntime(_config(experiment="default"), exp_id="default").experiment == "default"
+
+
 def test_an_experiment_name_our_ids_refuse_says_which_key_to_set():
     with pytest.raises(ValueError, match=r"\+rllm.remote_runtime.agentcore.experiment=NAME"):
         backend_rllm.AgentCoreEventsRuntime(_config(), exp_id="GSM8K_Qwen")

@@ -51,3 +51,14 @@ class AgentCoreRuntimeConfig:
     agent_runtime_arn: str = ""
     s3_bucket: str = ""
     tps_limit: int = 25
+
+
+@dataclass
+class HarborRuntimeConfig:
+    agent: str = "mini-swe-agent"
+    environment_type: str | None = None
+    agent_kwargs: dict[str, Any] = field(default_factory=dict)
+    agent_timeout_multiplier: float | None = None
+    verifier_timeout_multiplier: float | None = None
+    agent_setup_timeout_multiplier: float | None = None
+    environment_build_timeout_multiplier: float | None = None

@@ -1,0 +1,5 @@
+python -m examples.math_agent.backends.rllm_train "$@" \
+    rllm.remote_runtime.enabled=true \
+    rllm.remote_runtime.backend=agentcore_events \
+    +rllm.remote_runtime.agentcore.experiment=gsm8k-grpo-1 \
+    rllm.remote_runtime.session_timeout=900
