@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 pytest.importorskip("torch")
 TESTS = Path(__file__).parents[1]
@@ -25,7 +26,7 @@ sys.path[:0] = [str(TESTS / "stand_ins" / "slime"), str(TESTS / "trainer_client"
 
 from slime.ray.rollout import RolloutManager  # noqa: E402
 from slime.utils.types import Sample  # noqa: E402
-from slime_support import README_EXPERIMENT, REPO, slime_args  # noqa: E402
+from slime_support import REPO, SLIME_COMMAND, slime_args  # noqa: E402
 from trainer_support import BUCKET, FAST_POLL, Backend, aws_env, create_experiment, moto_url  # noqa: E402, F401
 
 from rollout_contract import DispatchRequest, ErrorInfo, RolloutResult, Status, Timings  # noqa: E402
@@ -77,7 +78,7 @@ class _Agents(Backend):
         return httpx.Response(200, json=self.traces.get(request.url.path.split("/")[2], []))
 
 
-def _agents(experiment: str) -> _Agents:
+def _agents(experiment: str, model_id: str | None = None) -> _Agents:
     agents = _Agents(create_experiment(experiment))
     factory = functools.partial(
         RolloutClient.for_experiment,
@@ -86,14 +87,15 @@ def _agents(experiment: str) -> _Agents:
         gateway_transport=httpx.MockTransport(agents.gateway),
         traces=TraceSettings(attempts=2, delay_s=0.0),
     )
-    _shared.shared_client(experiment, factory=factory)
+    _shared.shared_client(experiment, model_id=model_id, factory=factory)
     return agents
 
 
 @pytest.fixture
 def readme_agents(monkeypatch) -> Any:
     monkeypatch.chdir(REPO)  # the README's relative --custom-config-path
-    yield _agents(README_EXPERIMENT)
+    config = yaml.safe_load((SLIME_COMMAND.parent / "slime_agentcore.yaml").read_text())
+    yield _agents(config["agentcore_experiment"], model_id=config["agentcore_model_id"])
     _shared.close_shared_clients()
 
 

@@ -197,9 +197,9 @@ class _FakeClient:
 
 @pytest.fixture
 def fake_client():
-    def install(res: ClientResult, experiment: str = EXP) -> _FakeClient:
+    def install(res: ClientResult, experiment: str = EXP, model_id: str | None = None) -> _FakeClient:
         client = _FakeClient(res)
-        _shared.shared_client(experiment, factory=lambda *args, **kwargs: client)
+        _shared.shared_client(experiment, model_id=model_id, factory=lambda *args, **kwargs: client)
         return client
 
     yield install
@@ -281,8 +281,8 @@ async def test_verls_default_v1_trainer_runs_two_steps_of_our_outputs_through_it
     job = ("algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=2")
     config = trainer_config(*job, model_dir=model_dir(tmp_path))
     assert config.trainer.use_v1 and config.actor_rollout_ref.rollout.agent.default_agent_loop == "agentcore"
-    experiment = OmegaConf.load(VERL_COMMAND.parent / "verl_agent_loop.yaml")[0].experiment
-    client = fake_client(result(traces=TRACES, reward=0.5), experiment=experiment)
+    entry = OmegaConf.load(VERL_COMMAND.parent / "verl_agent_loop.yaml")[0]
+    client = fake_client(result(traces=TRACES, reward=0.5), experiment=entry.experiment, model_id=entry.model_id)
     store = MemoryTransferQueue()
     monkeypatch.setattr(agent_loop_tq, "tq", store)
     monkeypatch.setattr(trainer_base, "tq", store)
