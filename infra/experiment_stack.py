@@ -59,7 +59,7 @@ class ExperimentStack(Stack):
             vpc=settings.vpc,
         )
         runtime = self.agent.runtime
-        runtime.add_to_role_policy(
+        self.agent.execution_role.add_to_principal_policy(
             iam.PolicyStatement(
                 actions=["s3:PutObject"],
                 resources=[bucket.arn_for_objects(f"{experiment_prefix(exp_id)}*")],

@@ -24,6 +24,14 @@ RUNTIME_LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 LOG_RETENTION_FUNCTION_ID = "LogRetentionaae0aa3c5b4d4f87b02d85b201efdd8a"
 #: ACR's longest session: the execution role's sessions last as long.
 MAX_ROLE_SESSION = Duration.hours(8)
+#: What an ACR execution role needs besides logs (the ``Runtime`` L2's lists, aws-cdk-lib 2.275).
+XRAY_ACTIONS = ["xray:PutTraceSegments", "xray:PutTelemetryRecords", "xray:GetSamplingRules", "xray:GetSamplingTargets"]
+ACR_METRICS_NAMESPACE = "bedrock-agentcore"
+WORKLOAD_TOKEN_ACTIONS = [
+    "bedrock-agentcore:GetWorkloadAccessToken",
+    "bedrock-agentcore:GetWorkloadAccessTokenForJWT",
+    "bedrock-agentcore:GetWorkloadAccessTokenForUserId",
+]
 
 
 def runtime_arn_patterns(scope: Construct, runtime_name: str) -> list[str]:
@@ -47,8 +55,10 @@ class AgentRuntime(Construct):
     """An ACR ``Runtime`` (HTTP protocol) running the agent image, with its execution role and log retention.
 
     The execution role trusts ``bedrock-agentcore.amazonaws.com`` for this account and this runtime only
-    (:func:`runtime_arn_patterns`); the ``Runtime`` L2 grants it logs, traces, metrics and the image pull,
-    and the stack adds the result writes. The stack sets the retention of the runtime's log group.
+    (:func:`runtime_arn_patterns`). Its grants are ours, not the ``Runtime`` L2's (which would give every
+    runtime's log groups and every workload identity of the account): the image pull, traces, metrics in ACR's
+    namespace, and the logs and workload identity of this runtime only (:meth:`_grant_execution`); the stack
+    adds the result writes. The stack sets the retention of the runtime's log group.
     """
 
     def __init__(
@@ -83,7 +93,8 @@ class AgentRuntime(Construct):
             self,
             "Runtime",
             runtime_name=runtime_name,
-            execution_role=self.execution_role,
+            # The L2 grants nothing to an immutable view: _grant_execution writes the role's policy.
+            execution_role=self.execution_role.without_policy_updates(),
             description=f"Rollout agent ({runtime_name})",
             agent_runtime_artifact=self._artifact(image, repository),
             protocol_configuration=agentcore.ProtocolType.HTTP,
@@ -103,8 +114,9 @@ class AgentRuntime(Construct):
                 f"image tag {image.tag!r} is mutable: pushing a new image under it does not update the runtime; "
                 "deploy with -c image_tag=<an immutable tag> for real runs",
             )
+        self._grant_execution(runtime_name, image, repository)
         self._set_log_retention()
-        self._acknowledge_role_wildcards()
+        self._acknowledge_role_wildcards(runtime_name)
 
     def _set_log_retention(self) -> None:
         """Give the runtime's log group (which ACR creates) a retention, whether it exists yet or not.
@@ -138,29 +150,76 @@ class AgentRuntime(Construct):
             "CDK's log-retention function: the runtime's log group and its streams only.",
         )
 
-    def _acknowledge_role_wildcards(self) -> None:
-        """Accept the wildcards the ``Runtime`` L2 grants its execution role, each as narrow as IAM allows."""
+    def _grant_execution(
+        self, runtime_name: str, image: ImageTag | ImageDirectory | None, repository: ecr.IRepository
+    ) -> None:
+        """What the ``Runtime`` L2 grants its execution role, with logs and workload identity of this runtime only.
+
+        A runtime's id is its name, '-' and ten characters, its log groups ``{id}-{endpoint}``, its workload
+        identity named after it: ``{name}-*`` matches this runtime and no other (names hold no '-').
+        """
+        role = self.execution_role
+        this_runtime = f"{runtime_name}-{'?' * RUNTIME_ID_SUFFIX_LENGTH}"
+        log_groups = self._arn("logs", "log-group:")
+        runtime_logs = f"{log_groups}{RUNTIME_LOG_GROUP_PREFIX}{this_runtime}-*"
+        statements = [
+            iam.PolicyStatement(actions=["logs:CreateLogGroup", "logs:DescribeLogStreams"], resources=[runtime_logs]),
+            iam.PolicyStatement(actions=["logs:DescribeLogGroups"], resources=[f"{log_groups}*"]),
+            iam.PolicyStatement(
+                actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[f"{runtime_logs}:log-stream:*"]
+            ),
+            iam.PolicyStatement(actions=XRAY_ACTIONS, resources=["*"]),
+            iam.PolicyStatement(
+                actions=["cloudwatch:PutMetricData"],
+                resources=["*"],
+                conditions={"StringEquals": {"cloudwatch:namespace": ACR_METRICS_NAMESPACE}},
+            ),
+            iam.PolicyStatement(
+                actions=WORKLOAD_TOKEN_ACTIONS,
+                resources=[
+                    self._arn("bedrock-agentcore", "workload-identity-directory/default"),
+                    self._arn(
+                        "bedrock-agentcore", f"workload-identity-directory/default/workload-identity/{runtime_name}-*"
+                    ),
+                ],
+            ),
+        ]
+        for statement in statements:
+            role.add_to_principal_policy(statement)
+        if image is None or isinstance(image, ImageTag):
+            repository.grant_pull(role)
+
+    def _arn(self, service: str, resource: str) -> str:
+        stack = Stack.of(self)
+        return f"arn:{stack.partition}:{service}:{stack.region}:{stack.account}:{resource}"
+
+    def _acknowledge_role_wildcards(self, runtime_name: str) -> None:
+        """Accept the wildcards of the execution role's grants, each as narrow as IAM allows."""
         log_groups = nag_arn(self, "logs", "log-group:")
-        runtime_logs = f"{log_groups}{RUNTIME_LOG_GROUP_PREFIX}*"
+        runtime_logs = f"{log_groups}{RUNTIME_LOG_GROUP_PREFIX}{runtime_name}-{'?' * RUNTIME_ID_SUFFIX_LENGTH}-*"
         reasons = {
             "*": "X-Ray, ecr:GetAuthorizationToken and cloudwatch:PutMetricData (conditioned on its namespace) "
             "take no resource.",
             f"{log_groups}*": "logs:DescribeLogGroups is account-wide.",
-            runtime_logs: "ACR names the runtime's log groups at deploy time.",
+            runtime_logs: "this runtime's log groups: its id's ten characters and the endpoint come at deploy time.",
             f"{runtime_logs}:log-stream:*": "ACR creates a log stream per session.",
-            nag_arn(self, "bedrock-agentcore", "workload-identity-directory/default/workload-identity/*"): (
-                "ACR creates the runtime's workload identity."
-            ),
+            nag_arn(
+                self, "bedrock-agentcore", f"workload-identity-directory/default/workload-identity/{runtime_name}-*"
+            ): ("ACR creates this runtime's workload identity at deploy time."),
         }
         for resource, reason in reasons.items():
-            acknowledge(self, f"AwsSolutions-IAM5[Resource::{resource}]", f"CDK's ACR execution role: {reason}")
+            acknowledge(self, f"AwsSolutions-IAM5[Resource::{resource}]", f"ACR execution role: {reason}")
 
-    @staticmethod
     def _artifact(
-        image: ImageTag | ImageDirectory | None, repository: ecr.IRepository
+        self, image: ImageTag | ImageDirectory | None, repository: ecr.IRepository
     ) -> agentcore.AgentRuntimeArtifact:
+        """The image (pulled by the execution role: granted here for a built one, in ``_grant_execution`` else)."""
         if isinstance(image, ImageDirectory):
-            return agentcore.AgentRuntimeArtifact.from_asset(image.path, platform=ecr_assets.Platform.LINUX_ARM64)
+            asset = ecr_assets.DockerImageAsset(
+                self, "Image", directory=str(image.path), platform=ecr_assets.Platform.LINUX_ARM64
+            )
+            asset.repository.grant_pull(self.execution_role)
+            return agentcore.AgentRuntimeArtifact.from_ecr_repository(asset.repository, asset.image_tag)
         # Without an image the synth fails (see __init__); the placeholder only lets `cdk destroy` read the app.
         tag = "no-image-given" if image is None else image.tag
         return agentcore.AgentRuntimeArtifact.from_ecr_repository(repository, tag)

@@ -619,3 +619,22 @@ def test_the_readmes_import_mapping_names_every_retained_resource_with_a_fixed_n
     }
     # THEN the mapping names exactly those, by their logical ids and names
     assert mapping == retained
+
+
+def test_runtime_role_may_write_logs_and_get_workload_tokens_of_this_runtime_only(synth: Synthesized) -> None:
+    # GIVEN the runtime's execution role WHEN its log and workload-identity grants are collected
+    grants = _grants(_statements(synth.experiments["alpha"], "AgentExecutionRoleDefaultPolicy"))
+    this = f"rollout_alpha-{'?' * 10}"
+    logs = (
+        f"arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/bedrock-agentcore/runtimes/{this}-*"
+    )
+    identities = "arn:<AWS::Partition>:bedrock-agentcore:<AWS::Region>:<AWS::AccountId>:workload-identity-directory"
+    # THEN they name this runtime's log groups and workload identity, not every runtime's (the Runtime L2's)
+    assert {r for a, r in grants if a in ("logs:CreateLogGroup", "logs:PutLogEvents")} == {logs, f"{logs}:log-stream:*"}
+    assert {r for a, r in grants if a == "bedrock-agentcore:GetWorkloadAccessToken"} == {
+        f"{identities}/default",
+        f"{identities}/default/workload-identity/rollout_alpha-*",
+    }
+    assert not any("runtimes/*" in r or r.endswith("workload-identity/*") for _, r in grants)
+    # AND it may still pull the agent image from the shared repository
+    assert any(a == "ecr:BatchGetImage" for a, _ in grants)
