@@ -37,8 +37,9 @@ class PollSettings(NamedTuple):
             ``timed_out``, which it writes within a minute) may still come; past it, a future whose event never
             came reads the stored result itself, and fails with ``RolloutTimeoutError`` if there is none.
         fallback_reads_per_s: stored results those late futures read per second at most.
-        lease_s: how long this client's trainer lease lasts (renewed every quarter while rollouts are
-            pending); events of a trainer whose lease ran out are deleted by other trainers' pollers.
+        lease_s: how long this client's trainer lease lasts (renewed after each receive once a quarter has
+            passed, while rollouts are pending; at least twice ``wait_time_s``); events of a trainer whose lease
+            ran out are deleted by other trainers' pollers.
         lease_cache_s: how long another trainer's lease, once read, is believed.
         unavailable_after_s: how long the completion queue or the results bucket may stay unreachable
             before pending futures fail with ``StoreUnavailableError``.

@@ -109,6 +109,12 @@ class CompletionPoller:
         self._quiet_until = 0.0
         if settings.receivers < 1:
             raise ValueError(f"PollSettings.receivers must be at least 1, got {settings.receivers}")
+        if ownership is not None and settings.lease_s < 2 * settings.wait_time_s:
+            # The lease is renewed between receives: it must outlast a long poll with room to spare.
+            raise ValueError(
+                f"PollSettings.lease_s ({settings.lease_s:g}) must be at least twice wait_time_s "
+                f"({settings.wait_time_s}); raise lease_s"
+            )
         self._threads: list[threading.Thread] = []
         #: Since when the store has been unreachable (``None``: it is reachable), shared by the receivers.
         self._failing_since: float | None = None

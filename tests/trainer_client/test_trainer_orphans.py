@@ -7,6 +7,7 @@ import sys
 import time
 
 import boto3
+import pytest
 from trainer_support import BUCKET, scripted
 
 from rollout_contract import DispatchRequest
@@ -15,7 +16,7 @@ from rollout_contract.sessions import ATTR_ALIVE_UNTIL, SessionState, trainer_it
 from trainer_client import PollSettings, RolloutClient
 
 #: Leases short enough to lapse within a test.
-SHORT_LEASE = PollSettings(wait_time_s=1, idle_backoff_s=0.05, lease_s=1.0, lease_cache_s=0.2)
+SHORT_LEASE = PollSettings(wait_time_s=1, idle_backoff_s=0.05, lease_s=2.0, lease_cache_s=0.2)
 
 
 def receive_counts(descriptor) -> list[int]:
@@ -89,7 +90,7 @@ import sys, time
 from rollout_contract import ExperimentDescriptor
 from trainer_client import PollSettings, RolloutClient
 client = RolloutClient.from_descriptor(
-    ExperimentDescriptor.model_validate_json(sys.argv[1]), poll=PollSettings(wait_time_s=1, lease_s=1.0)
+    ExperimentDescriptor.model_validate_json(sys.argv[1]), poll=PollSettings(wait_time_s=1, lease_s=2.0)
 )
 client.submit([({"reward": i / 10}, f"q{i}") for i in range(8)], journal=sys.argv[2])
 print("submitted", flush=True)
@@ -163,3 +164,9 @@ def test_dispatch_requests_and_cancels_name_their_trainer(client, backend):
     future.cancel()
     start, cancel = backend.receive(2)
     assert start.trainer == cancel.trainer == client.trainer_id
+
+
+def test_a_lease_shorter_than_two_long_polls_is_refused(descriptor):
+    # GIVEN a lease renewed between receives WHEN it would not outlast two long polls THEN the client refuses it
+    with pytest.raises(ValueError, match="lease_s .* must be at least twice wait_time_s"):
+        RolloutClient.from_descriptor(descriptor, poll=PollSettings(wait_time_s=20, lease_s=30))
