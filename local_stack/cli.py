@@ -2,7 +2,9 @@
 
 ``up`` starts the stack (see :mod:`local_stack.stack`) and returns, leaving the processes running;
 ``down`` stops them; ``status`` says which are alive and, with ``--env``, prints the ``export`` lines a
-trainer shell needs; ``demo`` runs :mod:`local_stack.demo`. The caller gives the agent and the demo's dataset
+trainer shell needs; ``demo`` runs :mod:`local_stack.demo`. One stack per run directory
+(:mod:`local_stack.run_dir`): ``up`` and ``demo`` refuse, saying where the running one is, and both are
+recorded in ``state.json`` while they run. The caller gives the agent and the demo's dataset
 (a :class:`~local_stack.hosting.DemoTask`; ``up`` hosts its agent); ``--agent TARGET`` hosts the user's own
 instead (:mod:`local_stack.agent_target`), checked before anything starts, and ``demo --dataset FILE`` runs
 a JSONL file. Heavy imports happen inside the commands, so mounting them costs nothing.
@@ -11,17 +13,17 @@ a JSONL file. Heavy imports happen inside the commands, so mounting them costs n
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from local_stack.hosting import DemoTask, LocalAgent
+from local_stack.run_dir import STATE_FILE, StackRunningError, alive, describe_running, read_state, running_state
 
-__all__ = ["STATE_FILE", "add_commands", "read_state"]
+__all__ = ["add_commands"]
 
-STATE_FILE = "state.json"
 _DEFAULT_RUN_DIR = Path(".local-stack")
 
 
@@ -94,6 +96,11 @@ def _add_demo(subparsers: argparse._SubParsersAction, task: DemoTask) -> None:
     demo.add_argument(
         "--dataset", type=Path, help="JSONL of payloads to run instead (input id from each row's input_id or id)"
     )
+    demo.add_argument(
+        "--keep-running",
+        action="store_true",
+        help="on Ctrl-C, leave the stack and its rollouts running (default: cancel them and stop the stack)",
+    )
     _add_agent_options(demo)
     _add_run_dir(demo)
     demo.set_defaults(func=_demo, task=task)
@@ -155,9 +162,9 @@ def _hosted_agent(args: argparse.Namespace, default: LocalAgent, command: str) -
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from local_stack.demo import DemoSettings, dataset_task, run_demo
+    from local_stack.demo import DemoSettings, ModelUnreachableError, dataset_task, run_demo
 
-    if _already_running(args.run_dir) or not _run_dir_usable(args.run_dir, "rollouts demo"):
+    if _refuse_running(args.run_dir, "rollouts demo") or not _run_dir_usable(args.run_dir, "rollouts demo"):
         return 1
     task = args.task
     agent = _hosted_agent(args, task.agent, "rollouts demo")
@@ -180,11 +187,16 @@ def _demo(args: argparse.Namespace) -> int:
             model_script=args.model_script,
             run_dir=args.run_dir,
             output=args.output,
+            keep_running=args.keep_running,
         )
     except ValueError as exc:
         print(f"rollouts demo: {exc}", file=sys.stderr)
         return 2
-    report = run_demo(task, settings)
+    try:
+        report = run_demo(task, settings)
+    except (StackRunningError, ModelUnreachableError) as exc:
+        print(f"rollouts demo: {exc}", file=sys.stderr)
+        return 1
     return 0 if report.by_status.get("succeeded", 0) > 0 else 1
 
 
@@ -199,24 +211,12 @@ def _add_run_dir(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def read_state(run_dir: Path) -> dict[str, Any] | None:
-    """Return the recorded state of the stack in ``run_dir``, or None if none is recorded."""
-    path = run_dir / STATE_FILE
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except json.JSONDecodeError as exc:
-        raise SystemExit(f"{path} is not valid JSON ({exc}); delete it and stop stray processes by hand") from exc
-
-
-def _already_running(run_dir: Path) -> bool:
-    """Whether a stack recorded in ``run_dir`` still runs (and say so, with what to do)."""
-    state = read_state(run_dir)
-    if state and any(_alive(p) for p in state["processes"]):
-        print(f"a local stack already runs from {run_dir}; run `rollouts local down` first", file=sys.stderr)
-        return True
-    return False
+def _refuse_running(run_dir: Path, command: str) -> bool:
+    """Say so and return True when a stack recorded in ``run_dir`` runs (before an agent check spends time)."""
+    state = running_state(run_dir)
+    if state is not None:
+        print(f"{command}: {describe_running(run_dir.resolve(), state)}", file=sys.stderr)
+    return state is not None
 
 
 def _run_dir_usable(run_dir: Path, command: str) -> bool:
@@ -232,27 +232,12 @@ def _run_dir_usable(run_dir: Path, command: str) -> bool:
     return True
 
 
-def _alive(process: dict[str, Any]) -> bool:
-    """Whether the recorded process still runs: same pid and same command line (pids get reused)."""
-    from local_stack._process import pid_alive
-
-    pid = process["pid"]
-    if not pid_alive(pid):
-        return False
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    if not cmdline.exists():
-        return True
-    try:
-        return cmdline.read_bytes().split(b"\0")[:-1] == [arg.encode() for arg in process["argv"]]
-    except OSError:
-        return False
-
-
 def _up(args: argparse.Namespace) -> int:
+    from local_stack.demo import ModelUnreachableError, check_model_endpoint
     from local_stack.model_endpoint import EndpointSettings
     from local_stack.stack import LocalStack
 
-    if _already_running(args.run_dir) or not _run_dir_usable(args.run_dir, "rollouts local up"):
+    if _refuse_running(args.run_dir, "rollouts local up") or not _run_dir_usable(args.run_dir, "rollouts local up"):
         return 1
     agent = _hosted_agent(args, args.agent, "rollouts local up")
     if agent is None:
@@ -279,9 +264,14 @@ def _up(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"rollouts local up: {exc}", file=sys.stderr)
         return 2
-    stack = LocalStack(settings)
-    stack.start()
-    (stack.run_dir / STATE_FILE).write_text(json.dumps(stack.state(), indent=2))
+    try:
+        if args.model_url is not None:
+            check_model_endpoint(args.model_url)
+        stack = LocalStack(settings, owner="`rollouts local up`")
+        stack.start()
+    except (StackRunningError, ModelUnreachableError) as exc:
+        print(f"rollouts local up: {exc}", file=sys.stderr)
+        return 1
     _print_state(stack.state())
     return 0
 
@@ -328,7 +318,7 @@ def _down(args: argparse.Namespace) -> int:
         print(f"no local stack recorded in {args.run_dir}", file=sys.stderr)
         return 0
     for process in reversed(state["processes"]):
-        if _alive(process):
+        if alive(process):
             stop_pid(process["pid"])
             print(f"stopped {process['name']} (pid {process['pid']})")
     (args.run_dir / STATE_FILE).unlink()
@@ -350,13 +340,16 @@ def _status(args: argparse.Namespace) -> int:
 def _print_state(state: dict[str, Any]) -> int:
     dead = 0
     for process in state["processes"]:
-        alive = _alive(process)
-        dead += not alive
+        running = alive(process)
+        dead += not running
         url = process.get("url") or "-"
         print(
-            f"{process['name']:<24} pid {process['pid']:<8} {'alive' if alive else 'DEAD':<6} {url}  {process['log']}"
+            f"{process['name']:<24} pid {process['pid']:<8} {'alive' if running else 'DEAD':<6} {url}  {process['log']}"
         )
     for name, url in state["urls"].items():
         print(f"{name} url: {url or '-'}")
     print(f"experiments: {', '.join(state['experiments'])}")
+    if state.get("started_at"):
+        started = datetime.fromtimestamp(state["started_at"], UTC)
+        print(f"started by {state.get('owner') or '-'} at {started:%Y-%m-%d %H:%M:%S} UTC")
     return 1 if dead else 0

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,7 +38,15 @@ from trainer_client import (
 )
 from trainer_client.progress import BatchSummary, RolloutProgress
 
-__all__ = ["DemoReport", "DemoSettings", "DemoTask", "dataset_task", "run_demo"]
+__all__ = [
+    "DemoReport",
+    "DemoSettings",
+    "DemoTask",
+    "ModelUnreachableError",
+    "check_model_endpoint",
+    "dataset_task",
+    "run_demo",
+]
 
 DEMO_EXPERIMENT = "demo"
 #: How long the demo waits, after the last result, for the finisher to stop the last sessions.
@@ -62,6 +70,7 @@ class DemoSettings:
         model_script: scripted answers for the stand-in model (``local_stack.model_endpoint.script``).
         run_dir: the local stack's logs and state.
         output: where the results go (default: ``results/demo-<UTC time>.jsonl``).
+        keep_running: on Ctrl-C, leave the stack and the rollouts running (default: cancel them, stop it).
     """
 
     prompts: int = 16
@@ -76,6 +85,7 @@ class DemoSettings:
     model_script: Path | None = None
     run_dir: Path = DEFAULT_RUN_DIR
     output: Path | None = None
+    keep_running: bool = False
 
     def __post_init__(self) -> None:
         for name in ("model_script", "run_dir", "output"):  # str or any os.PathLike
@@ -154,8 +164,16 @@ def run_demo(task: DemoTask, settings: DemoSettings, out: TextIO | None = None) 
     """Run ``task`` end to end and return what it measured (the local stack is stopped on return).
 
     ``out`` is where the lines go (default: ``sys.stdout`` at the time of the call).
+
+    Raises:
+        ModelUnreachableError: ``model_url`` does not answer (checked before anything starts).
+        StackRunningError: a local stack already runs from ``run_dir``.
+        KeyboardInterrupt: Ctrl-C; the rollouts still running were cancelled and the stack stopped, unless
+            ``keep_running`` (then both are left running, recorded for ``rollouts local status|down``).
     """
     out = out if out is not None else sys.stdout
+    if settings.model_url is not None:
+        check_model_endpoint(settings.model_url)
     report = DemoReport()
     started = time.monotonic()
     output = settings.output or Path("results") / f"demo-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.jsonl"
@@ -169,42 +187,104 @@ def run_demo(task: DemoTask, settings: DemoSettings, out: TextIO | None = None) 
         session_budget=settings.concurrency,
     )
     out.write(f"starting the local stack (logs in {settings.run_dir}/) ...\n")
-    with LocalStack(stack_settings) as stack:
+    stack = LocalStack(stack_settings, owner="`rollouts demo`")
+    stack.start()
+    keep_stack = False
+    try:
         report.startup_s = time.monotonic() - started
         prompts = task.dataset(settings.prompts, settings.seed)
         out.write(
             f"stack up in {report.startup_s:.1f} s; running {len(prompts)} prompts x "
             f"{settings.samples_per_prompt} samples\n"
         )
-        progress = RolloutProgress(len(prompts) * settings.samples_per_prompt)
-        report.summary = progress.summary
-        collector = GroupCollector(settings.samples_per_prompt, settings.policy, eps=1e-6)
-        with (
-            environment(stack.env),
-            RolloutClient.for_experiment(
-                DEMO_EXPERIMENT, poll=PollSettings(), sampling_params={"temperature": settings.temperature}
-            ) as client,
-            output.open("w", encoding="utf-8") as sink,
-        ):
-            items = client.run_batch(
-                [dict(payload) for _, payload in prompts for _ in range(settings.samples_per_prompt)],
-                settings.concurrency,
-                settings.timeout_s,
-                input_ids=[input_id for input_id, _ in prompts for _ in range(settings.samples_per_prompt)],
-                model_id=settings.model_id or task.model_id,
-            )
+        with environment(stack.env):
+            _run_rollouts(task.model_id, prompts, settings, report, output, out)
+        report.sessions_started, report.sessions_stopped = _wait_for_stops(stack, report.summary.done)
+    except KeyboardInterrupt:
+        keep_stack = settings.keep_running
+        raise
+    finally:
+        if not keep_stack:
+            stack.stop()
+    report.total_s = time.monotonic() - started
+    report.render(out)
+    for line in report.summary.failure_lines(lambda item: f"prompt {item.index // settings.samples_per_prompt + 1}"):
+        out.write(line + "\n")
+    return report
+
+
+def _run_rollouts(
+    model_id: str,
+    prompts: Sequence[tuple[str, Mapping[str, Any]]],
+    settings: DemoSettings,
+    report: DemoReport,
+    output: Path,
+    out: TextIO,
+) -> None:
+    """Run ``prompts`` in GRPO groups into ``report`` and ``output``.
+
+    On Ctrl-C: cancel the rollouts still running (unless ``keep_running``), say so, and re-raise.
+    """
+    progress = RolloutProgress(len(prompts) * settings.samples_per_prompt)
+    report.summary = progress.summary
+    collector = GroupCollector(settings.samples_per_prompt, settings.policy, eps=1e-6)
+    with (
+        RolloutClient.for_experiment(
+            DEMO_EXPERIMENT, poll=PollSettings(), sampling_params={"temperature": settings.temperature}
+        ) as client,
+        output.open("w", encoding="utf-8") as sink,
+    ):
+        items = client.run_batch(
+            [dict(payload) for _, payload in prompts for _ in range(settings.samples_per_prompt)],
+            settings.concurrency,
+            settings.timeout_s,
+            input_ids=[input_id for input_id, _ in prompts for _ in range(settings.samples_per_prompt)],
+            model_id=settings.model_id or model_id,
+        )
+        try:
             for item in items:
                 progress.update(item)
                 report.add_item(item)
                 sink.write(json.dumps(item.to_record()) + "\n")
                 if (group := collector.add(item)) is not None:
                     report.add_group(group)
-        report.groups_dropped = len(prompts) - report.groups_kept
-        progress.close()
-        report.sessions_started, report.sessions_stopped = _wait_for_stops(stack, report.summary.done)
-    report.total_s = time.monotonic() - started
-    report.render(out)
-    return report
+        except KeyboardInterrupt:
+            progress.close()
+            if settings.keep_running:
+                out.write(
+                    f"\ninterrupted; the stack and its {client.pending_count} rollouts still running are left "
+                    f"running (`rollouts local status --run-dir {settings.run_dir}`, `rollouts local down`)\n"
+                )
+            else:
+                out.write(f"\ninterrupted; cancelled {client.cancel_pending()} rollouts still running\n")
+            raise
+    report.groups_dropped = len(prompts) - report.groups_kept
+    progress.close()
+
+
+class ModelUnreachableError(RuntimeError):
+    """The model endpoint given with ``--model-url`` does not answer."""
+
+
+def check_model_endpoint(base_url: str, timeout_s: float = 5.0) -> None:
+    """Ask an OpenAI-compatible endpoint for its models (``GET {base_url}/models``) before rollouts depend on it.
+
+    Raises:
+        ModelUnreachableError: no answer, or not a 2xx one (the message says which and what to do).
+    """
+    url = f"{base_url.rstrip('/')}/models"
+    try:
+        response = httpx.get(url, timeout=timeout_s, trust_env=False)
+    except httpx.HTTPError as exc:
+        raise ModelUnreachableError(
+            f"the model endpoint does not answer at {url} ({type(exc).__name__}: {exc}); start it, or fix "
+            "--model-url (an OpenAI-compatible base URL such as http://host:8000/v1)"
+        ) from exc
+    if not response.is_success:
+        raise ModelUnreachableError(
+            f"the model endpoint answered {response.status_code} to GET {url}; --model-url must be an "
+            "OpenAI-compatible base URL ending where /models and /chat/completions are (often .../v1)"
+        )
 
 
 def dataset_task(agent: LocalAgent, path: str | os.PathLike[str], model_id: str = "stand-in") -> DemoTask:

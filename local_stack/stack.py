@@ -15,7 +15,8 @@ Processes, each on 127.0.0.1 with a port the OS chose, logs under the run direct
   supervisor (:mod:`local_stack.supervisor`) that starts a new one when it dies, as Lambda does.
 
 ``stop()`` (also on Ctrl-C inside ``with LocalStack(...)``) stops them in reverse order, each with its
-process group, so agent processes started by the emulator go too.
+process group, so agent processes started by the emulator go too. One stack per run directory
+(:mod:`local_stack.run_dir`): ``start()`` records ``state.json`` and refuses while a stack recorded there runs.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from local_stack.moto_server import (
     moto_process,
 )
 from local_stack.provision import AwsClients, provision_experiment, provision_shared
+from local_stack.run_dir import STATE_FILE, guard, read_state
 from local_stack.worker import DEFAULT_HANDLERS
 from rollout_contract.ids import validate_experiment
 from rollout_contract.resources import ExperimentDescriptor
@@ -161,8 +163,9 @@ class LocalStack:
     ``descriptors`` (per experiment) and ``env`` (what a trainer process needs to use the stack).
     """
 
-    def __init__(self, settings: StackSettings | None = None) -> None:
+    def __init__(self, settings: StackSettings | None = None, *, owner: str = "LocalStack.start()") -> None:
         self.settings = settings or StackSettings()
+        self.owner = owner
         self.run_dir = self.settings.run_dir.resolve()
         self.processes: list[ManagedProcess] = []
         self.moto_url: str | None = None
@@ -181,23 +184,28 @@ class LocalStack:
         self.stop()
 
     def start(self) -> None:
-        """Start every process, provision the resources and wait until all are ready.
+        """Start every process, provision the resources, wait until all are ready, record ``state.json``.
 
         Raises:
+            StackRunningError: a stack recorded in the run directory still runs (one stack per run directory).
             ProcessStartError: a process exited or was not ready in time (everything started is stopped).
         """
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.started_at = time.time()
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
+        with guard(self.run_dir, self.owner):
+            self.started_at = time.time()
+            try:
+                self._start()
+            except BaseException:
+                self.stop()
+                raise
+            (self.run_dir / STATE_FILE).write_text(json.dumps(self.state(), indent=2))
 
     def stop(self) -> None:
-        """Stop every process (reverse start order) and reap it."""
+        """Stop every process (reverse start order), reap it, and drop this stack's ``state.json``."""
         while self.processes:
             self.processes.pop().stop()
+        state = read_state(self.run_dir) if self.started_at is not None else None
+        if state is not None and state.get("started_at") == self.started_at:
+            (self.run_dir / STATE_FILE).unlink(missing_ok=True)
 
     def _launch(self, process: ManagedProcess) -> ManagedProcess:
         self.processes.append(process)
@@ -369,6 +377,7 @@ class LocalStack:
         """What ``rollouts local status`` shows: pids, urls, logs and the trainer's environment."""
         return {
             "run_dir": str(self.run_dir),
+            "owner": self.owner,
             "started_at": self.started_at,
             "experiments": list(self.settings.experiments),
             "urls": {
