@@ -143,6 +143,33 @@ def test_handler_exception_stores_agent_error_with_traceback(make_client, s3):
     assert result.rewards is None
 
 
+@pytest.mark.parametrize("exit_error", [SystemExit(3), KeyboardInterrupt()])
+def test_a_handler_that_exits_fails_its_rollout_and_the_agent_serves_on(make_client, s3, exit_error):
+    # GIVEN a handler that raises SystemExit or KeyboardInterrupt on its first call only
+    calls = []
+
+    def handler(payload):
+        calls.append(payload)
+        if len(calls) == 1:
+            raise exit_error
+        return {"rewards": 1.0}
+
+    client = make_client(handler)
+    first, second = new_session(), new_session()
+
+    # WHEN two rollouts run one after the other
+    invoke(client, {"_rollout": rollout_block()}, first)
+    wait_until_healthy(client)
+    invoke(client, {"_rollout": rollout_block()}, second)
+    wait_until_healthy(client)
+
+    # THEN the first ended agent_error with ART's status_code 500, and the agent went on to run the second
+    failed = RolloutResult(read_result(s3, first))
+    assert failed.status is Status.AGENT_ERROR and failed["status_code"] == 500
+    assert failed.error.type == type(exit_error).__name__
+    assert RolloutResult(read_result(s3, second)).reward == 1.0
+
+
 def test_non_dict_return_stores_agent_error_naming_the_type(make_client, s3):
     # GIVEN a handler that returns a bare float
     client = make_client(lambda payload: 0.5)
