@@ -9,6 +9,7 @@ import time
 from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -46,6 +47,23 @@ def multiturn_stack(run_dir: Path, experiment: str) -> Iterator[LocalStack]:
         for name, value in running.env.items():
             env.setenv(name, value)
         yield running
+
+
+def multiturn_fixtures(experiment: str) -> tuple[Any, Any]:
+    """A test module's ``stack`` (module-scoped :func:`multiturn_stack`) and ``client`` (:func:`shared_test_client`)
+    fixtures for ``experiment``: ``stack, client = multiturn_fixtures(EXP)``."""
+
+    @pytest.fixture(scope="module")
+    def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+        with multiturn_stack(tmp_path_factory.mktemp("stack"), experiment) as running:
+            yield running
+
+    @pytest.fixture
+    def client(stack: LocalStack) -> Iterator[RolloutClient]:
+        with shared_test_client(experiment) as shared:
+            yield shared
+
+    return stack, client
 
 
 @contextmanager

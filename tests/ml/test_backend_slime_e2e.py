@@ -9,7 +9,6 @@ flags (``slime_support.slime_args``), and slime's data source loads the prompts 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,13 +17,12 @@ pytest.importorskip("torch")
 TESTS = Path(__file__).parents[1]
 sys.path[:0] = [str(TESTS / "stand_ins" / "slime"), str(TESTS / "backends")]
 
-from backends_e2e import TOO_BIG, cancel_once_submitted, gateway_traces, multiturn_stack, shared_test_client  # noqa: E402
+from backends_e2e import TOO_BIG, cancel_once_submitted, gateway_traces, multiturn_fixtures  # noqa: E402
 from slime.ray.rollout import RolloutManager  # noqa: E402
 from slime.utils.types import Sample  # noqa: E402
 from slime_support import slime_args  # noqa: E402
 
 from local_stack.stack import LocalStack  # noqa: E402
-from trainer_client import RolloutClient  # noqa: E402
 from trainer_client.backends import slime as backend_slime  # noqa: E402
 
 pytestmark = pytest.mark.e2e
@@ -32,16 +30,7 @@ pytestmark = pytest.mark.e2e
 EXP = "slime-e2e"
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    with multiturn_stack(tmp_path_factory.mktemp("stack"), EXP) as running:
-        yield running
-
-
-@pytest.fixture
-def client(stack: LocalStack) -> Iterator[RolloutClient]:
-    with shared_test_client(EXP) as shared:
-        yield shared
+stack, client = multiturn_fixtures(EXP)
 
 
 def _args(tmp_path: Path, rows: list[dict], *flags: str):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import sys
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,10 +23,9 @@ with warnings.catch_warnings():  # verl and Ray warn at import about their own d
     warnings.simplefilter("ignore")
     from verl_support import LOOP_ENTRY, build_loop, legacy_worker, tokenizer, trainer_config
 
-from backends_e2e import TOO_BIG, cancel_once_submitted, gateway_traces, multiturn_stack, shared_test_client  # noqa: E402
+from backends_e2e import TOO_BIG, cancel_once_submitted, gateway_traces, multiturn_fixtures  # noqa: E402
 
 from local_stack.stack import LocalStack  # noqa: E402
-from trainer_client import RolloutClient  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -36,16 +34,7 @@ PROMPT = RESPONSE = 512  # verl's defaults
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    with multiturn_stack(tmp_path_factory.mktemp("stack"), EXP) as running:
-        yield running
-
-
-@pytest.fixture
-def client(stack: LocalStack) -> Iterator[RolloutClient]:
-    with shared_test_client(EXP) as shared:
-        yield shared
+stack, client = multiturn_fixtures(EXP)
 
 
 def _row(uid: str, index: int, **script) -> dict:
