@@ -34,6 +34,14 @@ def agent_writes_result(env: Env, request: DispatchRequest, *, rewards: float = 
     return result
 
 
+def art_agent_writes_result(env: Env, request: DispatchRequest, **handler_fields: Any) -> None:
+    """What ART 0.2.0's agent stores: the handler's dict plus ART's metadata, no status and none of our fields,
+    written as its ``save_result`` writes it (``json.dumps(..., indent=2)``, unconditional)."""
+    document = {"stop_reason": "end_turn", "status_code": 200, **handler_fields}
+    document.update(input_id=request.input_id, s3_bucket=BUCKET, result_key=str(request.key), payload=request.payload)
+    env.rt.clients.s3.put_object(Bucket=BUCKET, Key=str(request.key), Body=json.dumps(document, indent=2))
+
+
 def emf_blobs(output: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in output.splitlines() if line.startswith('{"_aws"')]
 
@@ -84,9 +92,7 @@ def test_an_unmodified_art_agents_result_is_finished_with_the_status_of_its_fiel
     # no status and none of our fields (json.dumps(..., indent=2), as ART's save_result writes it)
     request = env.start_request()
     dispatch(request, receive_count=1, rt=env.rt)
-    document = {"stop_reason": "end_turn", "status_code": 200, **handler_fields}
-    document.update(input_id=request.input_id, s3_bucket=BUCKET, result_key=str(request.key), payload=request.payload)
-    env.rt.clients.s3.put_object(Bucket=BUCKET, Key=str(request.key), Body=json.dumps(document, indent=2))
+    art_agent_writes_result(env, request, **handler_fields)
 
     # WHEN the finisher handles its event
     response = finisher.handler(sqs_event(env.receive(env.finisher_queue_url)), None)

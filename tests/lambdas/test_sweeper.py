@@ -25,7 +25,7 @@ from rollout_contract.resources import BUDGET_PARTITION_KEY
 from rollout_contract.results import Status
 from rollout_contract.sessions import SessionState
 from tests.lambdas.conftest import STOP, Env, sqs_event
-from tests.lambdas.test_finisher import agent_writes_result, emf_blobs
+from tests.lambdas.test_finisher import agent_writes_result, art_agent_writes_result, emf_blobs
 
 #: Rollouts a mass failure leaves overdue at once in these tests: more than the sweeper's workers, so some
 #: workers take a second and a third.
@@ -159,6 +159,22 @@ def test_agent_result_written_just_before_the_sweep_wins(env: Env) -> None:
     assert env.rt.store.read(request.key).status is Status.SUCCEEDED
     assert env.rt.ledger.get(request.session_id).status == Status.SUCCEEDED.value
     assert transition is Transition.ALREADY_FINISHED
+    assert env.rt.ledger.slots_held() == (0, 0)
+
+
+def test_an_art_agents_result_written_before_the_sweep_wins_with_the_status_of_its_fields(env: Env) -> None:
+    # GIVEN an unmodified ART agent that stored a failure (no status field) at the deadline
+    request = env.start_request(timeout_s=60)
+    dispatch(request, receive_count=1, rt=env.rt)
+    art_agent_writes_result(env, request, status_code=500, stop_reason="boom", traceback="ValueError: boom\n")
+
+    # WHEN the sweeper runs past the deadline
+    report = sweep(later(env, 120))
+
+    # THEN ART's document stands (no timed_out over it) and the rollout finished as what its fields say
+    assert report.finished == 1
+    assert env.rt.store.read(request.key).status is Status.AGENT_ERROR
+    assert env.rt.ledger.get(request.session_id).status == Status.AGENT_ERROR.value
     assert env.rt.ledger.slots_held() == (0, 0)
 
 

@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("agentcore_rl_toolkit")
 
 from agentcore_rl_toolkit.aws_tools.persistent_dict import NullPersister, PersistentDict  # noqa: E402
+from agentcore_rl_toolkit.rollout_session.agentcore_s3_session import to_dump as art_s3_to_dump  # noqa: E402
 from agentcore_rl_toolkit.rollout_session.errors import RolloutContractError  # noqa: E402
 from agentcore_rl_toolkit.rollout_session.factory import make_session, resolve_backend  # noqa: E402
 from agentcore_rl_toolkit.rollout_session.lifecycle import RolloutSession  # noqa: E402
@@ -114,3 +115,21 @@ def test_an_experimental_row_with_a_payload_column_sends_just_that_payload():
         "u-1",
         {"base_url": "http://gw/v1", "model_id": "qwen", "api_key": "sid"},
     )
+
+
+@pytest.mark.parametrize(
+    ("stored", "successful", "reward"),
+    [
+        ({"rewards": [0.0, 0.5], "status_code": 200, "stop_reason": "end_turn"}, True, 0.5),
+        ({"status_code": 500, "stop_reason": "boom", "traceback": "Traceback ...\nValueError: boom\n"}, False, None),
+    ],
+)
+def test_a_document_of_an_unmodified_art_agent_is_the_dump_arts_own_session_would_make(stored, successful, reward):
+    # GIVEN what ART 0.2.0's agent stores (no status, none of our fields), as our trainer reads it
+    metadata = {"input_id": KEY.input_id, "s3_bucket": "b", "result_key": str(KEY), "payload": {}}
+    result = ClientResult({**stored, **metadata})
+
+    # WHEN it becomes ART's dump THEN it is what ART's AgentCoreS3Session makes of the same dict
+    ours, arts = art.to_dump(result), art_s3_to_dump(dict(result))
+    assert (ours.is_successful(), ours.reward) == (arts.is_successful(), arts.reward) == (successful, reward)
+    assert (ours.exception is None) == (arts.exception is None)

@@ -121,6 +121,22 @@ def test_agent_error_carries_its_traceback_where_rllm_reads_it():
     assert task_result.elapsed == 2.5 and task_result.metadata["rollout_result_key"] == str(key)
 
 
+def test_an_unmodified_art_agents_documents_become_rllms_results():
+    # GIVEN what ART 0.2.0's agent stores for a success and for a failure (no status, none of our fields)
+    key = ResultKey(EXP, "g", "s" * 36)
+    metadata = {"input_id": "g", "s3_bucket": "b", "result_key": str(key), "payload": {}}
+    ok = ClientResult({"rewards": [0.25], "status_code": 200, "stop_reason": "end_turn", **metadata})
+    failure = {"status_code": 500, "stop_reason": "'answer'", "traceback": "KeyError: 'answer'\n"}
+    failed = ClientResult({**failure, **metadata})
+    sub = TaskSubmission(task={}, session_id=key.session_id, task_id="g", inference_url="u")
+
+    # WHEN they become rLLM's results THEN the status comes from ART's fields, the document rides along as is
+    done, error = (backend_rllm.to_task_result(sub, result, 1.0) for result in (ok, failed))
+    assert (done.finished, done.reward, done.termination_reason) == (True, 0.25, TerminationReason.ENV_DONE)
+    assert (error.finished, error.termination_reason) == (False, TerminationReason.ERROR)
+    assert error.raw_result == dict(failed) and "agent_error" in error.error
+
+
 @pytest.mark.parametrize(
     ("agent_says", "reason"),
     [
