@@ -70,6 +70,7 @@ from local_stack_bench import (
 )
 
 from local_stack._process import environment
+from local_stack.hosting import DEFAULT_MODEL_NAME
 from local_stack.stack import DEFAULT_RUN_DIR, LocalStack, StackSettings
 from rollout_contract import DispatchRequest, RolloutResult, Timings, new_session_id
 from trainer_client import AwsClients, PollSettings, RolloutClient
@@ -81,7 +82,7 @@ EXP_ID = "latency"
 #: The direct client's results go under another prefix: no result rule matches it, so neither our poller nor
 #: the finisher sees them (the direct client stops its sessions itself).
 DIRECT_PREFIX = "direct-baseline"
-MODEL_ID = "stand-in-math"
+MODEL_ID = DEFAULT_MODEL_NAME
 ROLLOUT_TIMEOUT_S = 300.0
 #: Published prices (us-east-1, USD) per request or request unit; EventBridge delivery of S3 events to the
 #: default bus and SSM standard parameters cost nothing per call.

@@ -52,6 +52,7 @@ from botocore.exceptions import ClientError
 from examples.math_agent.dataset import synthetic
 from examples.math_agent.local import MATH_AGENT
 from local_stack._process import environment
+from local_stack.hosting import DEFAULT_MODEL_NAME
 from local_stack.model_endpoint import EndpointSettings
 from local_stack.moto_server import DUMMY_CREDENTIALS, LOCAL_REGION
 from local_stack.stack import DEFAULT_RUN_DIR, LocalStack
@@ -60,7 +61,7 @@ from trainer_client import AwsClients, ClientResult, PollSettings, RolloutClient
 from trainer_client._status import count_in_flight
 
 EXP_ID = "bench"
-MODEL_ID = "stand-in-math"
+MODEL_ID = DEFAULT_MODEL_NAME
 #: botocore user-agent app ids (``app/<id>``) that tell the callers apart in moto's recording.
 TRAINER_APP_ID = "bench-trainer"
 BASELINE_APP_ID = "bench-art-baseline"

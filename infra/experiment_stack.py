@@ -155,6 +155,8 @@ class ExperimentStack(Stack):
             budget_table=BUDGET_TABLE.name,
             runtime_arn=self.agent.runtime.agent_runtime_arn,
             gateway_url=settings.gateway_url,
+            model_id=settings.model_id,
+            required_rollout_fields=list(settings.required_rollout_fields),
             function_names={role: worker.function.function_name for role, worker in self.workers.all.items()},
             log_groups={role: worker.log_group.log_group_name for role, worker in self.workers.all.items()},
         )

@@ -59,6 +59,8 @@ CONTEXT_FLAGS = (
     "subnet_ids",
     "security_group_ids",
     "gateway_url",
+    "model_id",
+    "required_rollout_fields",
     "tps_limit",
     "session_budget",
     "dispatcher_max_concurrency",
@@ -107,6 +109,10 @@ class ExperimentSettings:
     agent_environment: Mapping[str, str] = field(default_factory=dict)
     vpc: VpcPlacement | None = None
     gateway_url: str | None = None
+    #: The model name trainers that name none send (the descriptor's ``model_id``).
+    model_id: str | None = None
+    #: ``_rollout`` fields the agent needs; trainers refuse a submit without them (the descriptor's).
+    required_rollout_fields: tuple[str, ...] = ()
     tps_limit: float = DEFAULT_INVOKE_TPS
     session_budget: int = int(DEFAULT_ACTIVE_SESSION_QUOTA * 0.9)
     dispatcher_max_concurrency: int = 5
@@ -145,6 +151,8 @@ def experiment_settings(context: Mapping[str, str | None]) -> ExperimentSettings
         agent_environment=_environment(context),
         vpc=_vpc(context),
         gateway_url=_text(context, "gateway_url"),
+        model_id=_text(context, "model_id"),
+        required_rollout_fields=_field_names(context, "required_rollout_fields"),
         tps_limit=_number(context, "tps_limit", float(DEFAULT_INVOKE_TPS)),
         session_budget=_integer(context, "session_budget", int(DEFAULT_ACTIVE_SESSION_QUOTA * 0.9), 1, 100_000),
         dispatcher_max_concurrency=_integer(
@@ -163,6 +171,15 @@ def _text(context: Mapping[str, str | None], name: str) -> str | None:
         return None
     value = str(value).strip()
     return value or None
+
+
+def _field_names(context: Mapping[str, str | None], name: str) -> tuple[str, ...]:
+    raw = _text(context, name)
+    names = tuple(part.strip() for part in (raw or "").split(",") if part.strip())
+    bad = [part for part in names if not part.isidentifier()]
+    if bad:
+        raise ContextError(f"-c {name}={raw!r}: {', '.join(bad)} is not a _rollout field name; e.g. model_id,base_url")
+    return names
 
 
 def _boolean(context: Mapping[str, str | None], name: str, *, default: bool) -> bool:

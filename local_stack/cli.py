@@ -41,6 +41,10 @@ def add_commands(subparsers: argparse._SubParsersAction, demo: DemoTask) -> None
     _add_run_dir(up)
     up.add_argument("--exp", action="append", help="experiment id to provision (repeatable; default: demo)")
     up.add_argument("--model-url", help="use this OpenAI-compatible endpoint (http://host:port/v1), not the stand-in")
+    up.add_argument(
+        "--model-id",
+        help="the model name trainers that name none send (default: the stand-in's; none with --model-url)",
+    )
     up.add_argument("--no-gateway", action="store_true", help="do not put the token gateway in front of the model")
     up.add_argument("--no-workers", action="store_true", help="run no Lambda workers (run the handlers yourself)")
     up.add_argument(
@@ -247,6 +251,7 @@ def _up(args: argparse.Namespace) -> int:
             run_dir=args.run_dir,
             experiments=tuple(args.exp or ("demo",)),
             model_base_url=args.model_url,
+            model_id=args.model_id,
             model=EndpointSettings(
                 seed=args.seed, latency_s=args.latency, policy=args.policy, script=args.model_script
             ),

@@ -214,7 +214,7 @@ def run_demo(task: DemoTask, settings: DemoSettings, out: TextIO | None = None) 
 
 
 def _run_rollouts(
-    model_id: str,
+    model_id: str | None,
     prompts: Sequence[tuple[str, Mapping[str, Any]]],
     settings: DemoSettings,
     report: DemoReport,
@@ -239,7 +239,7 @@ def _run_rollouts(
             settings.concurrency,
             settings.timeout_s,
             input_ids=[input_id for input_id, _ in prompts for _ in range(settings.samples_per_prompt)],
-            model_id=settings.model_id or model_id,
+            rollout_config={"model_id": settings.model_id or model_id},  # None: the experiment's default
         )
         try:
             for item in items:
@@ -287,7 +287,7 @@ def check_model_endpoint(base_url: str, timeout_s: float = 5.0) -> None:
         )
 
 
-def dataset_task(agent: LocalAgent, path: str | os.PathLike[str], model_id: str = "stand-in") -> DemoTask:
+def dataset_task(agent: LocalAgent, path: str | os.PathLike[str], model_id: str | None = None) -> DemoTask:
     """A :class:`DemoTask` running ``agent`` on the rows of a JSONL file, in file order (each row a payload).
 
     A row's input id is its ``input_id`` field, else its ``id``, else ``row-<n>``.

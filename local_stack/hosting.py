@@ -17,10 +17,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from local_stack.stack import StackSettings
 
-__all__ = ["DEFAULT_AGENT_NAME", "DemoTask", "LocalAgent", "validate_agent_name"]
+__all__ = ["DEFAULT_AGENT_NAME", "DEFAULT_MODEL_NAME", "DemoTask", "LocalAgent", "validate_agent_name"]
 
 #: The runtime name of an agent given only as ``StackSettings.agent_command``.
 DEFAULT_AGENT_NAME = "agent"
+#: The one name of the local stack's model: what its endpoint lists, what its descriptor tells trainers that name
+#: no model, and what the demo sends.
+DEFAULT_MODEL_NAME = "stand-in"
 # ACR's rule for an agent runtime's name (CreateAgentRuntime's agentRuntimeName).
 _AGENT_NAME_RE = re.compile(r"[a-zA-Z][a-zA-Z0-9_]{0,47}")
 
@@ -50,6 +53,8 @@ class LocalAgent:
         working_dir: where every session's process starts (default: the project's root).
         environment: variables every session's process gets on top of the stack's (``PYTHONPATH`` is put
             before the stack's, the others replace it).
+        requires: ``_rollout`` fields the agent needs (``model_id``, ``base_url``): published in the descriptor,
+            so a trainer's submit without them is refused instead of failing in the agent.
     """
 
     name: str
@@ -57,6 +62,7 @@ class LocalAgent:
     preload: tuple[str, ...] = ()
     working_dir: Path | None = None
     environment: Mapping[str, str] = field(default_factory=dict)
+    requires: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         validate_agent_name(self.name)
@@ -75,6 +81,7 @@ class LocalAgent:
             agent_command=self.command,
             agent_working_dir=self.working_dir,
             agent_environment=dict(self.environment),
+            required_rollout_fields=self.requires,
             runtime_options=runtime_options,
             **fields,
         )
@@ -87,11 +94,12 @@ class DemoTask:
     Attributes:
         agent: the agent the stack hosts.
         dataset: ``(count, seed) -> [(input_id, payload), ...]``, ``count`` prompts, the same for the same seed.
-        model_id: the model name sent to the endpoint unless the command line gives one.
+        model_id: the model name sent to the endpoint unless the command line gives one (the descriptor's
+            default when ``None``).
         default_prompts: how many prompts the demo runs unless the command line says.
     """
 
     agent: LocalAgent
     dataset: Callable[[int, int], Sequence[tuple[str, Mapping[str, Any]]]]
-    model_id: str
+    model_id: str | None = None
     default_prompts: int = 16

@@ -92,6 +92,8 @@ def provision_experiment(
     runtime_arn: str,
     endpoints: dict[str, str],
     gateway_url: str | None = None,
+    model_id: str | None = None,
+    required_rollout_fields: tuple[str, ...] = (),
     bucket: str = LOCAL_RESULTS_BUCKET,
 ) -> ProvisionedExperiment:
     """Create experiment ``exp_id``'s queues, sessions table and result rule, and publish its descriptor.
@@ -120,6 +122,8 @@ def provision_experiment(
         budget_table=BUDGET_TABLE.name,
         runtime_arn=runtime_arn,
         gateway_url=gateway_url,
+        model_id=model_id,
+        required_rollout_fields=list(required_rollout_fields),
         endpoints=endpoints,
         function_names={role: local_function_name(exp_id, role) for role in FUNCTION_ROLES},
     )

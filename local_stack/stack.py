@@ -80,6 +80,10 @@ class StackSettings:
         experiments: experiment ids to provision, each with a runtime and a worker.
         model_base_url: a real OpenAI-compatible endpoint (``http://host:port/v1``) instead of the stand-in.
         model: the stand-in's settings (seed, simulated latency).
+        model_id: the model name the descriptor offers trainers that name none (default: the stack's own model's
+            name; none with ``model_base_url``).
+        required_rollout_fields: ``_rollout`` fields the agent needs, published in the descriptor (trainers
+            refuse a submit without them).
         gateway: put the token gateway in front of the model.
         emulator: run the ACR emulator (tests of the other parts turn it off).
         workers: run a Lambda worker per experiment.
@@ -108,6 +112,8 @@ class StackSettings:
     experiments: tuple[str, ...] = ("demo",)
     model_base_url: str | None = None
     model: EndpointSettings = field(default_factory=EndpointSettings)
+    model_id: str | None = None
+    required_rollout_fields: tuple[str, ...] = ()
     gateway: bool = True
     emulator: bool = True
     workers: bool = True
@@ -270,8 +276,16 @@ class LocalStack:
                 runtime_arn=runtime_arn(exp_id, self.settings.agent_name),
                 endpoints=endpoints,
                 gateway_url=self.gateway_url,
+                model_id=self.published_model_id,
+                required_rollout_fields=self.settings.required_rollout_fields,
             )
             self.descriptors[exp_id] = provisioned.descriptor
+
+    @property
+    def published_model_id(self) -> str | None:
+        """The model name the descriptors offer: the settings' ``model_id``, else the stack's own model's name."""
+        s = self.settings
+        return s.model_id or (None if s.model_base_url else s.model.model_name)
 
     def _moto_url(self) -> str:
         if self.moto_url is None:

@@ -203,6 +203,9 @@ class ExperimentDescriptor(BaseModel):
     ``function_names`` maps each of :data:`FUNCTION_ROLES` to its Lambda function name (the ``FunctionName``
     dimension of its ``AWS/Lambda`` metrics), ``log_groups`` to the CloudWatch log group it writes to (named by
     CloudFormation); both empty in descriptors published before they existed, and ``log_groups`` locally.
+    ``model_id`` is the model name agents are told when a trainer names none (``-c model_id`` in AWS; the
+    local stack's own model); ``required_rollout_fields`` are the ``_rollout`` fields the experiment's agent
+    needs, so a submit without them is refused before anything is sent.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -220,6 +223,8 @@ class ExperimentDescriptor(BaseModel):
     endpoints: dict[str, str] = Field(default_factory=dict)
     function_names: dict[str, str] = Field(default_factory=dict)
     log_groups: dict[str, str] = Field(default_factory=dict)
+    model_id: str | None = None
+    required_rollout_fields: list[str] = Field(default_factory=list)
 
     @property
     def resources(self) -> ExperimentResources:

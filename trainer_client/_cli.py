@@ -164,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--input-id-field", help="take each row's input id from this field (default: row-<n>-<digest of the row>)"
     )
     model = run.add_argument_group("the model the agents call (_rollout fields)")
-    model.add_argument("--model-id", help="_rollout.model_id for every rollout")
+    model.add_argument("--model-id", help="_rollout.model_id for every rollout (default: the experiment's)")
     model.add_argument("--base-url", help="_rollout.base_url: an OpenAI-compatible endpoint (http://host:port/v1)")
     model.add_argument("--temperature", type=float, help="sampling_params.temperature")
     model.add_argument(

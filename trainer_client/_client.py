@@ -52,6 +52,7 @@ from trainer_client._config import (
     RolloutDefaults,
     RolloutOptions,
     TraceSettings,
+    require_fields,
     rollout_fields,
 )
 from trainer_client._deadlines import DeadlineWatch
@@ -114,6 +115,8 @@ class RolloutClient:
         queue_timeout: seconds a rollout may wait for capacity (session and invoke budgets) before it
             starts; past it, it ends as ``dispatch_failed`` (``QueueWaitExceeded``). Its ``timeout`` runs
             from the start, so a backlog drains at the quota's pace instead of timing out.
+        required_rollout_fields: ``_rollout`` fields the experiment's agent needs (the descriptor's); a submit
+            without one raises :class:`MissingRolloutFieldError` before anything is sent.
         **extra_config: ``sampling_params``, ``api_key``, ``rollout_config`` (see :class:`RolloutDefaults`).
 
     Raises:
@@ -145,6 +148,7 @@ class RolloutClient:
         traces: TraceSettings = DEFAULT_TRACES,
         gateway_transport: httpx.BaseTransport | None = None,
         queue_timeout: float = DEFAULT_QUEUE_TIMEOUT_S,
+        required_rollout_fields: Sequence[str] = (),
         **extra_config: Unpack[RolloutDefaults],
     ) -> None:
         rollout = rollout_fields({"base_url": base_url, "model_id": model_id, **extra_config}, "RolloutClient()")
@@ -171,6 +175,7 @@ class RolloutClient:
         self.dispatch_queue_url = dispatch_queue_url or self._queue_url(self.resources.dispatch_queue.name)
         self.completion_queue_url = completion_queue_url or self._queue_url(self.resources.completion_queue.name)
         self.gateway_url = gateway_url
+        self.required_rollout_fields = tuple(required_rollout_fields)
         self._rollout_defaults = rollout
         self._traces = (
             TraceReader(gateway_url, traces, transport=gateway_transport, workers=poll.fetch_workers)
@@ -243,13 +248,19 @@ class RolloutClient:
     def from_descriptor(
         cls, descriptor: ExperimentDescriptor, *, run: str | None = None, **kwargs: Any
     ) -> RolloutClient:
-        """Connect to the experiment ``descriptor`` describes, or to its ``run`` (``kwargs`` override its values)."""
+        """Connect to the experiment ``descriptor`` describes, or to its ``run`` (``kwargs`` override its values).
+
+        The descriptor's ``model_id`` is the default model name and its ``required_rollout_fields`` are checked
+        on every submit.
+        """
         options: dict[str, Any] = {
             "dispatch_queue_url": descriptor.dispatch_queue_url,
             "completion_queue_url": descriptor.completion_queue_url,
             "region": descriptor.region,
             "endpoints": descriptor.endpoints,
             "gateway_url": descriptor.gateway_url,
+            "model_id": descriptor.model_id,
+            "required_rollout_fields": descriptor.required_rollout_fields,
         }
         options.update(kwargs)
         return cls(descriptor.runtime_arn, descriptor.results_bucket, join_exp_id(descriptor.exp_id, run), **options)
@@ -314,6 +325,7 @@ class RolloutClient:
             rollout_contract.InvalidIdError: a ``session_id`` or ``input_id`` the contract refuses, before
                 anything is sent (the message names the rule).
             TypeError: an unknown keyword (see :class:`RolloutOptions`).
+            MissingRolloutFieldError: a ``_rollout`` field the experiment's agent needs is given nowhere.
         """
         future = self.submit([(payload, input_id)], session_ids=[session_id], timeout=timeout, **overrides)[0]
         error = future.exception() if future.done() else None
@@ -352,6 +364,10 @@ class RolloutClient:
             **overrides: ``_rollout`` fields for these rollouts.
 
         A request the queue refuses fails its future with :class:`SubmitError` instead of raising.
+
+        Raises:
+            MissingRolloutFieldError: a ``_rollout`` field the experiment's agent needs is given nowhere (before
+                anything is sent).
         """
         fields = rollout_fields(overrides, "submit()")
         timeout = validate_timeout_s(timeout)
@@ -387,6 +403,7 @@ class RolloutClient:
         rollout = {**self._rollout_defaults, **fields}
         if self.gateway_url:
             rollout["base_url"] = session_base_url(self.gateway_url, session_id)
+        require_fields(rollout, self.required_rollout_fields, self.exp_id)
         request = DispatchRequest(
             exp_id=self.exp_id,
             input_id=input_id,

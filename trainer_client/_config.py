@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, TypedDict
 
 from rollout_contract.messages import SAVE_FIELDS
+from trainer_client._exceptions import MissingRolloutFieldError
 
 __all__ = [
     "DEFAULT_POLL",
@@ -16,6 +17,7 @@ __all__ = [
     "RolloutDefaults",
     "RolloutOptions",
     "TraceSettings",
+    "require_fields",
     "rollout_fields",
 ]
 
@@ -108,6 +110,30 @@ class RolloutOptions(RolloutDefaults, total=False):
 _ROLLOUT_KEYWORDS = ("base_url", "model_id", *RolloutDefaults.__annotations__)
 # Named parameters of the client's methods: suggested when a keyword is a near miss of one of them.
 _OTHER_KEYWORDS = ("timeout", "input_id", "input_ids", "session_id", "session_ids", "journal", "gateway_url", "poll")
+
+
+#: How to give each field the experiments' agents commonly need.
+_HOW_TO_GIVE = {
+    "model_id": "model_id=NAME (RolloutClient.for_experiment or invoke), `rollouts eval --model-id NAME`, or a "
+    "default for the experiment: -c model_id=NAME at deploy, `rollouts local up --model-id NAME`",
+    "base_url": "base_url=URL (RolloutClient.for_experiment or invoke), `rollouts eval --base-url URL`, or the "
+    "experiment's token gateway (-c gateway_url=URL)",
+}
+
+
+def require_fields(rollout: Mapping[str, Any], required: Sequence[str], exp_id: str) -> None:
+    """Refuse ``rollout`` when one of the ``required`` ``_rollout`` fields is missing or empty.
+
+    Raises:
+        MissingRolloutFieldError: the message names each missing field and how to give it.
+    """
+    missing = [name for name in required if rollout.get(name) in (None, "")]
+    if missing:
+        ways = "; ".join(f"{name}: {_HOW_TO_GIVE.get(name, f'rollout_config={{{name!r}: ...}}')}" for name in missing)
+        raise MissingRolloutFieldError(
+            f"experiment {exp_id!r}'s agent needs _rollout.{', _rollout.'.join(missing)}, which this rollout lacks "
+            f"(it would fail in the agent); give {ways}"
+        )
 
 
 def rollout_fields(options: Mapping[str, Any], where: str) -> dict[str, Any]:

@@ -6,6 +6,7 @@
         - ClientClosedError
         - AwsError: an AWS call failed (botocore's error is ``__cause__``).
         - DuplicateSessionError (also a ValueError): a session id this client already used.
+        - MissingRolloutFieldError (also a ValueError): a ``_rollout`` field the experiment's agent needs.
     - StoreUnavailableError: the queues or the bucket could not be reached for too long.
     - DispatchError: the rollout did not start.
         - SubmitError: the dispatch queue (or the payload upload) refused the request.
@@ -35,6 +36,7 @@ __all__ = [
     "DispatchFailedError",
     "DuplicateSessionError",
     "ExperimentNotFoundError",
+    "MissingRolloutFieldError",
     "RolloutCancelledError",
     "RolloutClientError",
     "RolloutError",
@@ -54,6 +56,10 @@ class RolloutError(Exception):
 
 class RolloutClientError(RolloutError):
     """The client cannot do what was asked (configuration, lifecycle, AWS)."""
+
+
+class MissingRolloutFieldError(RolloutClientError, ValueError):
+    """A rollout lacks a ``_rollout`` field its experiment's agent needs (refused before anything is sent)."""
 
 
 class ExperimentNotFoundError(RolloutClientError):

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from local_stack.hosting import DemoTask, LocalAgent
+from local_stack.hosting import DEFAULT_MODEL_NAME, DemoTask, LocalAgent
 
 __all__ = ["MATH_AGENT", "MATH_DEMO", "demo_dataset"]
 
@@ -28,6 +28,7 @@ MATH_AGENT = LocalAgent(
         "agent_app",
         "examples.math_agent.agent",
     ),
+    requires=("base_url", "model_id"),
 )
 
 
@@ -41,4 +42,4 @@ def demo_dataset(count: int, seed: int) -> list[tuple[str, Mapping[str, Any]]]:
     return [(f"problem-{row['idx']}", {"prompt": row["prompt"], "answer": row["answer"]}) for row in rows]
 
 
-MATH_DEMO = DemoTask(agent=MATH_AGENT, dataset=demo_dataset, model_id="stand-in-math")
+MATH_DEMO = DemoTask(agent=MATH_AGENT, dataset=demo_dataset, model_id=DEFAULT_MODEL_NAME)

@@ -36,6 +36,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from local_stack.hosting import DEFAULT_MODEL_NAME
 from local_stack.model_endpoint.policy import Sampled, Sampler, StandInPolicy, Turn
 from local_stack.model_endpoint.script import Script
 from local_stack.model_endpoint.tokenizer import Tokenizer
@@ -54,7 +55,6 @@ __all__ = [
     "error_response",
 ]
 
-DEFAULT_MODEL_NAME = "local-math-policy"
 STAND_IN = "stand-in"
 TRANSFORMER = "transformer"
 POLICIES = (STAND_IN, TRANSFORMER)

@@ -139,3 +139,12 @@ def test_first_writer_wins_is_on_unless_turned_off_and_only_true_or_false_is_tak
     assert not experiment_settings({**base, "first_writer_wins": "false"}).first_writer_wins
     with pytest.raises(ContextError, match="first_writer_wins='maybe' is not a boolean"):
         experiment_settings({**base, "first_writer_wins": "maybe"})
+
+
+def test_the_model_name_and_the_fields_the_agent_needs_are_read_from_context() -> None:
+    context = {"experiment": "demo", "model_id": "qwen3-8b", "required_rollout_fields": "model_id, base_url"}
+    settings = experiment_settings(context)
+    assert (settings.model_id, settings.required_rollout_fields) == ("qwen3-8b", ("model_id", "base_url"))
+    assert experiment_settings({"experiment": "demo"}).required_rollout_fields == ()
+    with pytest.raises(ContextError, match=r"-c required_rollout_fields='model-id': model-id is not a _rollout field"):
+        experiment_settings({"experiment": "demo", "required_rollout_fields": "model-id"})

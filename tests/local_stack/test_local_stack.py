@@ -19,7 +19,7 @@ import pytest
 from examples.math_agent.local import MATH_AGENT, MATH_DEMO
 from local_stack._process import ProcessStartError, group_alive
 from local_stack.cli import add_commands, quota_settings
-from local_stack.hosting import LocalAgent
+from local_stack.hosting import DEFAULT_MODEL_NAME, LocalAgent
 from local_stack.stack import PROJECT_ROOT, LocalStack, StackSettings
 from rollout_contract import ExperimentDescriptor, ExperimentResources
 
@@ -98,6 +98,10 @@ def test_local_stack_runs_every_part_and_leaves_no_process_behind(tmp_path: Path
         parameter = ExperimentResources.for_experiment("stack-test").descriptor_parameter
         descriptor = ExperimentDescriptor.model_validate_json(ssm.get_parameter(Name=parameter)["Parameter"]["Value"])
         assert descriptor.gateway_url == stack.gateway_url
+        # AND it offers the stack's model by its one name, and says what the hosted agent needs
+        assert descriptor.model_id == DEFAULT_MODEL_NAME
+        assert descriptor.required_rollout_fields == ["base_url", "model_id"]
+        assert [m["id"] for m in httpx.get(f"{stack.model_url}/models").json()["data"]] == [DEFAULT_MODEL_NAME]
         assert descriptor.endpoints["bedrock-agentcore"] == stack.emulator_url
         assert stack.env["AWS_ENDPOINT_URL_BEDROCK_AGENTCORE"] == stack.emulator_url
         assert _eventually(lambda: (handler_env / "sweep.jsonl").exists())  # the worker runs its sweeper

@@ -9,6 +9,7 @@ import pytest
 
 from examples.math_agent.local import MATH_AGENT
 from local_stack._process import group_alive
+from local_stack.hosting import DEFAULT_MODEL_NAME
 from local_stack.problems import generate_problems
 from local_stack.stack import LocalStack
 
@@ -40,7 +41,7 @@ def test_a_rollout_runs_end_to_end_with_token_traces_and_leaves_no_agent_behind(
 
         client = RolloutClient.for_experiment(
             "e2e-one",
-            model_id="local-math-policy",
+            model_id=DEFAULT_MODEL_NAME,
             sampling_params={"temperature": 0},
             poll=PollSettings(wait_time_s=1),
         )

@@ -13,6 +13,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from local_stack._process import ManagedProcess
+from local_stack.hosting import DEFAULT_MODEL_NAME
 from local_stack.model_endpoint import EndpointSettings, create_app, mistake_probability
 from local_stack.model_endpoint.tokenizer import EOS_ID
 from local_stack.problems import generate_problems, parse_problem
@@ -212,7 +213,7 @@ def test_models_lists_the_served_model(client: openai.OpenAI) -> None:
     # WHEN its models are listed
     models = client.models.list()
     # THEN the stand-in's name is there
-    assert [m.id for m in models.data] == ["local-math-policy"]
+    assert [m.id for m in models.data] == [DEFAULT_MODEL_NAME]
 
 
 def test_simulated_latency_delays_each_call() -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from local_stack._process import ManagedProcess
 from local_stack.gateway import session_base_url
+from local_stack.hosting import DEFAULT_MODEL_NAME
 from local_stack.model_endpoint.tokenizer import EOS_ID
 from local_stack.problems import generate_problems
 from trainer_client._traces import CALLS_IN_FLIGHT_HEADER
@@ -49,7 +50,7 @@ def test_a_strands_agent_streaming_through_the_session_url_is_traced_with_tokens
     session_id = str(uuid.uuid4())
     model = OpenAIModel(
         client_args={"base_url": session_base_url(gateway.url, session_id), "api_key": "unused"},
-        model_id="local-math-policy",
+        model_id=DEFAULT_MODEL_NAME,
         params={"temperature": 0.0},
     )
     agent = Agent(model=model, tools=[calculator], callback_handler=None)
@@ -72,7 +73,7 @@ def test_non_streaming_calls_are_traced_and_the_agent_sees_no_token_fields(gatew
     with openai.OpenAI(base_url=session_base_url(gateway.url, session_id), api_key="unused") as client:
         # WHEN it makes one plain call
         raw = client.chat.completions.create(
-            model="local-math-policy", messages=[{"role": "user", "content": PROBLEM["prompt"]}]
+            model=DEFAULT_MODEL_NAME, messages=[{"role": "user", "content": PROBLEM["prompt"]}]
         ).model_dump()
     # THEN its response is a clean OpenAI one, and the trace has the tokens
     assert "prompt_token_ids" not in raw and "token_ids" not in raw["choices"][0]
@@ -88,7 +89,7 @@ def test_a_settled_read_made_while_a_streamed_call_is_in_flight_includes_that_ca
     # GIVEN a streamed call through a session URL whose first chunk has arrived (so the gateway holds the call)
     session_id = str(uuid.uuid4())
     request = {
-        "model": "local-math-policy",
+        "model": DEFAULT_MODEL_NAME,
         "messages": [{"role": "user", "content": PROBLEM["prompt"]}],
         "stream": True,
     }
