@@ -43,6 +43,23 @@ def build_experiment(
     return stack
 
 
+def adopted_environment(settings: ExperimentSettings, env: Environment | None) -> Environment | None:
+    """The stack's environment: an adopted runtime's account and region (it can only be invoked there).
+
+    Raises:
+        ContextError: the deploying credentials are for another account or region than the adopted runtime's.
+    """
+    adopted = settings.adopted_runtime
+    if adopted is None:
+        return env
+    if env is not None and (env.account, env.region) != (adopted.account, adopted.region):
+        raise ContextError(
+            f"-c runtime_arn is in account {adopted.account}, region {adopted.region}, but this deploy targets "
+            f"{env.account}, {env.region}: deploy with the runtime's account and region (AWS_REGION={adopted.region})"
+        )
+    return Environment(account=adopted.account, region=adopted.region)
+
+
 def main() -> None:
     """Entry point of ``cdk.json``'s ``app`` command."""
     app = App()
@@ -54,6 +71,7 @@ def main() -> None:
     else:
         try:
             settings = experiment_settings({flag: app.node.try_get_context(flag) for flag in CONTEXT_FLAGS})
+            env = adopted_environment(settings, env)
         except ContextError as exc:
             sys.exit(f"infra/app.py: {exc}")
         build_experiment(app, settings, env=env)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, RemovalPolicy, Stack
+import json
+
+from aws_cdk import Annotations, CfnOutput, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
@@ -15,7 +17,7 @@ from infra.monitoring import Monitoring
 from infra.nag import acknowledge, nag_value
 from infra.queues import RolloutQueue
 from infra.routing import ResultRouting
-from infra.runtime import AgentRuntime
+from infra.runtime import AdoptedAgentRuntime, AgentRuntime
 from infra.settings import ExperimentSettings
 from infra.tables import contract_table
 from infra.trainer_access import TrainerAccess
@@ -34,6 +36,9 @@ from rollout_contract.resources import (
 class ExperimentStack(Stack):
     """Everything one experiment needs; results stay in the shared bucket when this stack is destroyed.
 
+    The runtime is the stack's own, or one that exists already (``settings.adopted_runtime``): then the stack
+    builds everything else around it and attaches the result-write statement to that runtime's role.
+
     Shared resources (results bucket, agent repository, budget table) are referenced by their
     contract names, so experiments never hold CloudFormation exports of the shared stack. Nothing
     outside the stack refers to anything in it, so ``cdk destroy`` removes it whole.
@@ -47,25 +52,23 @@ class ExperimentStack(Stack):
             self, "ResultsBucket", results_bucket_name(self.account, self.region)
         )
         self.budget_table = dynamodb.Table.from_table_name(self, "BudgetTable", BUDGET_TABLE.name)
-        self.agent = AgentRuntime(
-            self,
-            "Agent",
-            runtime_name=names.runtime_name,
-            image=settings.image,
-            repository=ecr.Repository.from_repository_name(self, "AgentRepository", AGENT_REPOSITORY_NAME),
-            idle_timeout_s=settings.idle_timeout_s,
-            max_lifetime_s=settings.max_lifetime_s,
-            environment=dict(settings.agent_environment),
-            vpc=settings.vpc,
-        )
-        runtime = self.agent.runtime
-        self.agent.execution_role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=["s3:PutObject"],
-                resources=[bucket.arn_for_objects(f"{experiment_prefix(exp_id)}*")],
-                conditions=FIRST_WRITER_WINS if settings.first_writer_wins else None,
+        self.agent: AgentRuntime | AdoptedAgentRuntime
+        if settings.adopted_runtime is not None:
+            self.agent = AdoptedAgentRuntime(self, "Agent", adopted=settings.adopted_runtime)
+        else:
+            self.agent = AgentRuntime(
+                self,
+                "Agent",
+                runtime_name=names.runtime_name,
+                image=settings.image,
+                repository=ecr.Repository.from_repository_name(self, "AgentRepository", AGENT_REPOSITORY_NAME),
+                idle_timeout_s=settings.idle_timeout_s,
+                max_lifetime_s=settings.max_lifetime_s,
+                environment=dict(settings.agent_environment),
+                vpc=settings.vpc,
             )
-        )
+        runtime = self.agent.runtime
+        self.agent.execution_role.add_to_principal_policy(self._result_writes(settings))
         self.dispatch = RolloutQueue(self, "DispatchQueue", spec=names.dispatch_queue)
         self.completions = RolloutQueue(self, "CompletionQueue", spec=names.completion_queue)
         self.finisher_inbox = RolloutQueue(self, "FinisherQueue", spec=names.finisher_queue)
@@ -130,6 +133,30 @@ class ExperimentStack(Stack):
         self._outputs()
         self._acknowledge_nag_findings(exp_id)
 
+    def _result_writes(self, settings: ExperimentSettings) -> iam.PolicyStatement:
+        """What the runtime's role needs: PutObject under the experiment's prefix (with If-None-Match by default).
+
+        For an adopted runtime the statement is also printed at synth (an info annotation), with literal ARNs:
+        the stack is in the runtime's account and region.
+        """
+        prefix = f"{experiment_prefix(settings.exp_id)}*"
+        adopted = settings.adopted_runtime
+        resource = (
+            self.results_bucket.arn_for_objects(prefix)
+            if adopted is None
+            else f"arn:{adopted.partition}:s3:::{results_bucket_name(adopted.account, adopted.region)}/{prefix}"
+        )
+        self._agent_results = None if adopted is None else resource
+        statement: dict[str, object] = {"Effect": "Allow", "Action": "s3:PutObject", "Resource": resource}
+        if settings.first_writer_wins:
+            statement["Condition"] = FIRST_WRITER_WINS
+        if adopted is not None:
+            Annotations.of(self.agent).add_info(
+                f"adopting runtime {adopted.arn}: the stack attaches to its execution role {adopted.role_arn} this "
+                f"statement (an AWS::IAM::Policy of the stack, removed with it): {json.dumps(statement)}"
+            )
+        return iam.PolicyStatement.from_json(statement)
+
     def _handler_environment(self, settings: ExperimentSettings) -> dict[str, str]:
         """The functions' ``ROLLOUTS_*`` variables (:class:`HandlerSettings`)."""
         return HandlerSettings(
@@ -192,13 +219,15 @@ class ExperimentStack(Stack):
         bucket_arn = f"arn:{nag_value(self.partition)}:s3:::{bucket_name}"
         results = f"AwsSolutions-IAM5[Resource::{bucket_arn}/{experiment_prefix(exp_id)}*]"
         payloads = f"AwsSolutions-IAM5[Resource::{bucket_arn}/{payload_ref_prefix(exp_id)}*]"
-        runtime_id = self.get_logical_id(self.agent.runtime.node.default_child)
         table_id = self.get_logical_id(self.sessions_table.node.default_child)
-        acknowledge(self.agent, results, f"Writes results. {RESULT_KEYS}")
+        agent_results = (
+            results if self._agent_results is None else f"AwsSolutions-IAM5[Resource::{self._agent_results}]"
+        )
+        acknowledge(self.agent, agent_results, f"Writes results. {RESULT_KEYS}")
         self.workers.acknowledge_wildcards(
             results=results,
             payloads=payloads,
-            runtime_endpoints=f"AwsSolutions-IAM5[Resource::<{runtime_id}.AgentRuntimeArn>/*]",
+            runtime_endpoints=f"AwsSolutions-IAM5[Resource::{self.agent.nag_arn}/*]",
             index=f"AwsSolutions-IAM5[Resource::<{table_id}.Arn>/index/*]",
         )
         self.trainer.acknowledge_wildcards(results=results, payloads=payloads)

@@ -12,7 +12,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from infra.nag import acknowledge, nag_arn
-from infra.settings import MISSING_IMAGE, MUTABLE_IMAGE_TAGS, ImageDirectory, ImageTag, VpcPlacement
+from infra.settings import MISSING_IMAGE, MUTABLE_IMAGE_TAGS, AdoptedRuntime, ImageDirectory, ImageTag, VpcPlacement
 from rollout_contract.protocol import DEFAULT_QUALIFIER
 
 #: ACR appends '-' and 10 letters or digits to a runtime's name to make its id (AgentRuntimeId's pattern).
@@ -117,6 +117,11 @@ class AgentRuntime(Construct):
         self._grant_execution(runtime_name, image, repository)
         self._set_log_retention()
         self._acknowledge_role_wildcards(runtime_name)
+
+    @property
+    def nag_arn(self) -> str:
+        """The runtime's ARN as cdk-nag prints it in finding ids."""
+        return f"<{Stack.of(self).get_logical_id(self.runtime.node.default_child)}.AgentRuntimeArn>"
 
     def _set_log_retention(self) -> None:
         """Give the runtime's log group (which ACR creates) a retention, whether it exists yet or not.
@@ -239,3 +244,30 @@ class AgentRuntime(Construct):
                 for i, group_id in enumerate(vpc.security_group_ids)
             ],
         )
+
+
+class AdoptedAgentRuntime(Construct):
+    """An ACR runtime that exists already (``-c runtime_arn``): imported, never created, changed or deleted.
+
+    ``runtime`` offers what the stack uses of a runtime (ARN, invoke grants, metrics), and
+    ``execution_role.add_to_principal_policy`` attaches a statement to the runtime's role as an ``AWS::IAM::Policy``
+    of this stack, removed with it. Its log group's retention stays the owner's.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, adopted: AdoptedRuntime) -> None:
+        super().__init__(scope, construct_id)
+        self.adopted = adopted
+        self.execution_role = iam.Role.from_role_arn(self, "ExecutionRole", adopted.role_arn)
+        self.runtime = agentcore.Runtime.from_agent_runtime_attributes(
+            self,
+            "Runtime",
+            agent_runtime_arn=adopted.arn,
+            agent_runtime_id=adopted.runtime_id,
+            agent_runtime_name=adopted.name,
+            role_arn=adopted.role_arn,
+        )
+
+    @property
+    def nag_arn(self) -> str:
+        """The runtime's ARN as cdk-nag prints it in finding ids (a literal)."""
+        return self.adopted.arn

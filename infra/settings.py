@@ -66,6 +66,31 @@ CONTEXT_FLAGS = (
     "dispatcher_max_concurrency",
     "dispatcher_reserved_concurrency",
     "first_writer_wins",
+    "runtime_arn",
+    "runtime_role_arn",
+)
+#: Flags that configure a runtime the stack creates; an adopted runtime (``-c runtime_arn``) keeps its own.
+RUNTIME_FLAGS = (
+    "image_tag",
+    "agent_dir",
+    "idle_timeout_s",
+    "max_lifetime_s",
+    "agent_env",
+    "vpc_id",
+    "subnet_ids",
+    "security_group_ids",
+)
+# ACR's ARN of a runtime: its id is the runtime's name, '-', ten letters or digits.
+_RUNTIME_ARN = re.compile(
+    r"^arn:(?P<partition>aws[a-z-]*):bedrock-agentcore:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
+    r"runtime/(?P<id>(?P<name>[A-Za-z][A-Za-z0-9_]{0,47})-[A-Za-z0-9]{10})$"
+)
+_ROLE_ARN = re.compile(
+    r"^arn:(?P<partition>aws[a-z-]*):iam::(?P<account>\d{12}):role/(?:[\w+=,.@/-]+/)?[\w+=,.@-]{1,64}$"
+)
+_FIND_ROLE = (
+    "aws bedrock-agentcore-control get-agent-runtime --agent-runtime-id {id} --query roleArn --output text "
+    "(or execution_role in the agentcore CLI's .bedrock_agentcore.yaml)"
 )
 
 
@@ -97,6 +122,43 @@ class VpcPlacement:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AdoptedRuntime:
+    """An ACR runtime that exists already (the agentcore CLI's, ART's scripts'): the stack builds around it.
+
+    The stack never changes the runtime; it attaches one statement to ``role_arn`` (the runtime's execution
+    role) so the agent may write results under the experiment's prefix.
+    """
+
+    arn: str
+    role_arn: str
+
+    @property
+    def runtime_id(self) -> str:
+        """The id the ARN ends in (``name-xxxxxxxxxx``)."""
+        return self.arn.rpartition("/")[2]
+
+    @property
+    def name(self) -> str:
+        """The runtime's name (its id without the ten-character suffix)."""
+        return self.runtime_id.rpartition("-")[0]
+
+    @property
+    def partition(self) -> str:
+        """The runtime's partition (``aws``, ``aws-cn``, ...)."""
+        return self.arn.split(":")[1]
+
+    @property
+    def region(self) -> str:
+        """The runtime's region."""
+        return self.arn.split(":")[3]
+
+    @property
+    def account(self) -> str:
+        """The runtime's account."""
+        return self.arn.split(":")[4]
+
+
+@dataclass(frozen=True, kw_only=True)
 class ExperimentSettings:
     """Everything that differs between two experiment stacks."""
 
@@ -120,6 +182,8 @@ class ExperimentSettings:
     #: The agent's result writes must carry ``If-None-Match: *`` (IAM condition ``s3:if-none-match``); off for agent
     #: images that write without it (an unmodified ART 0.2.0 agent), at the price of a late write overwriting.
     first_writer_wins: bool = True
+    #: An existing runtime to build around instead of creating one (``-c runtime_arn``); ``image`` is then None.
+    adopted_runtime: AdoptedRuntime | None = None
 
 
 def experiment_settings(context: Mapping[str, str | None]) -> ExperimentSettings:
@@ -143,7 +207,9 @@ def experiment_settings(context: Mapping[str, str | None]) -> ExperimentSettings
     if idle > lifetime:
         raise ContextError(f"-c idle_timeout_s={idle} exceeds -c max_lifetime_s={lifetime}; lower the idle timeout")
     reserved = _text(context, "dispatcher_reserved_concurrency")
+    adopted = _adopted_runtime(context)
     return ExperimentSettings(
+        adopted_runtime=adopted,
         exp_id=exp_id,
         image=_image(context),
         idle_timeout_s=idle,
@@ -163,6 +229,42 @@ def experiment_settings(context: Mapping[str, str | None]) -> ExperimentSettings
         ),
         first_writer_wins=_boolean(context, "first_writer_wins", default=True),
     )
+
+
+def _adopted_runtime(context: Mapping[str, str | None]) -> AdoptedRuntime | None:
+    arn, role = _text(context, "runtime_arn"), _text(context, "runtime_role_arn")
+    if arn is None:
+        if role is not None:
+            raise ContextError("-c runtime_role_arn is only for an adopted runtime: give -c runtime_arn=ARN with it")
+        return None
+    runtime = _RUNTIME_ARN.match(arn)
+    if runtime is None:
+        raise ContextError(
+            f"-c runtime_arn={arn!r} is not an AgentCore runtime ARN; expected e.g. "
+            "arn:aws:bedrock-agentcore:us-west-2:123456789012:runtime/my_agent-AbCdE12345 (the agentcore CLI's "
+            "agent_arn; `aws bedrock-agentcore-control list-agent-runtimes` lists them)"
+        )
+    if role is None:
+        raise ContextError(
+            "-c runtime_arn needs -c runtime_role_arn=ROLE_ARN, the runtime's execution role: the stack attaches to "
+            "it the one statement the agent needs to write results (s3:PutObject under the experiment's prefix of "
+            f"the results bucket). Find it with: {_FIND_ROLE.format(id=runtime['id'])}"
+        )
+    if (matched := _ROLE_ARN.match(role)) is None:
+        raise ContextError(f"-c runtime_role_arn={role!r} is not an IAM role ARN (arn:aws:iam::ACCOUNT:role/NAME)")
+    if matched["account"] != runtime["account"]:
+        raise ContextError(
+            f"-c runtime_role_arn is in account {matched['account']}, the runtime in {runtime['account']}: give the "
+            f"runtime's own execution role ({_FIND_ROLE.format(id=runtime['id'])})"
+        )
+    given = [f"-c {flag}" for flag in RUNTIME_FLAGS if _text(context, flag) is not None]
+    if given:
+        raise ContextError(
+            f"{', '.join(given)} configure a runtime this stack creates; with -c runtime_arn the runtime keeps its own "
+            "image, lifecycle, environment and network (change them with `aws bedrock-agentcore-control "
+            "update-agent-runtime`): leave these flags out"
+        )
+    return AdoptedRuntime(arn=arn, role_arn=role)
 
 
 def _text(context: Mapping[str, str | None], name: str) -> str | None:

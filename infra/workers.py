@@ -52,7 +52,7 @@ class RolloutWorkers(Construct):
         *,
         settings: ExperimentSettings,
         environment: dict[str, str],
-        runtime: agentcore.Runtime,
+        runtime: agentcore.IBedrockAgentRuntime,
         dispatch: RolloutQueue,
         finisher_inbox: RolloutQueue,
         sessions_table: dynamodb.ITable,
@@ -113,7 +113,7 @@ class RolloutWorkers(Construct):
     def _grant(
         self,
         exp_id: str,
-        runtime: agentcore.Runtime,
+        runtime: agentcore.IBedrockAgentRuntime,
         dispatch: RolloutQueue,
         sessions_table: dynamodb.ITable,
         budget_table: dynamodb.ITable,

@@ -40,6 +40,11 @@ def add_commands(subparsers: argparse._SubParsersAction, demo: DemoTask) -> None
     up = actions.add_parser("up", help="start the local stack in the background")
     _add_run_dir(up)
     up.add_argument("--exp", action="append", help="experiment id to provision (repeatable; default: demo)")
+    up.add_argument(
+        "--runtime-arn",
+        help="the runtime's ARN (one --exp): a runtime of your own naming, as `cdk deploy -c runtime_arn=...` adopts "
+        "one in AWS (default: arn:...:runtime/<agent>-<exp>)",
+    )
     up.add_argument("--model-url", help="use this OpenAI-compatible endpoint (http://host:port/v1), not the stand-in")
     up.add_argument(
         "--model-id",
@@ -246,10 +251,15 @@ def _up(args: argparse.Namespace) -> int:
     agent = _hosted_agent(args, args.agent, "rollouts local up")
     if agent is None:
         return 1
+    experiments = tuple(args.exp or ("demo",))
+    if args.runtime_arn is not None and len(experiments) != 1:
+        print("rollouts local up: --runtime-arn names the runtime of one experiment; give one --exp", file=sys.stderr)
+        return 2
     try:
         settings = agent.settings(
             run_dir=args.run_dir,
-            experiments=tuple(args.exp or ("demo",)),
+            experiments=experiments,
+            runtime_arns={experiments[0]: args.runtime_arn} if args.runtime_arn else {},
             model_base_url=args.model_url,
             model_id=args.model_id,
             model=EndpointSettings(

@@ -47,6 +47,7 @@ from local_stack.provision import AwsClients, provision_experiment, provision_sh
 from local_stack.run_dir import STATE_FILE, guard, read_state
 from local_stack.worker import DEFAULT_HANDLERS
 from rollout_contract.ids import validate_experiment
+from rollout_contract.protocol import runtime_id
 from rollout_contract.resources import ExperimentDescriptor
 
 __all__ = [
@@ -90,6 +91,8 @@ class StackSettings:
         agent_name: the agent's runtime name; its ARN is ``runtime/<agent_name>-<exp_id>`` (:func:`runtime_arn`).
         agent_command: the agent process each session runs (needed with the emulator); it listens on ``PORT``.
         agent_working_dir: where the agent's processes start (default: the project's root).
+        runtime_arns: experiment id -> the ARN its runtime has instead of :func:`runtime_arn`'s: a runtime created
+            outside this stack's naming, as ``cdk deploy -c runtime_arn=...`` adopts one in AWS.
         agent_environment: more variables for the agent's processes (see :func:`agent_environment`).
         handlers: dotted handler paths per role (``dispatcher``, ``finisher``, ``sweeper``).
         dispatcher_environments: dispatcher worker processes per experiment. Each is one Lambda execution
@@ -121,6 +124,7 @@ class StackSettings:
     agent_command: tuple[str, ...] = ()
     agent_working_dir: Path | None = None
     agent_environment: Mapping[str, str] = field(default_factory=dict)
+    runtime_arns: Mapping[str, str] = field(default_factory=dict)
     handlers: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_HANDLERS))
     dispatcher_environments: int = 2
     finisher_environments: int = 1
@@ -150,6 +154,12 @@ class StackSettings:
         for exp_id in self.experiments:
             validate_experiment(exp_id)
         validate_agent_name(self.agent_name)
+        for exp_id, arn in self.runtime_arns.items():
+            if exp_id not in self.experiments:
+                raise ValueError(
+                    f"runtime_arns names experiment {exp_id!r}, which is not one of {list(self.experiments)}"
+                )
+            runtime_id(arn)
         if self.emulator and not self.agent_command:
             raise ValueError(
                 "the emulator needs the agent to host: give agent_command (or use LocalAgent(...).settings(...)), "
@@ -273,7 +283,7 @@ class LocalStack:
                 clients,
                 exp_id,
                 region=LOCAL_REGION,
-                runtime_arn=runtime_arn(exp_id, self.settings.agent_name),
+                runtime_arn=self.runtime_arn(exp_id),
                 endpoints=endpoints,
                 gateway_url=self.gateway_url,
                 model_id=self.published_model_id,
@@ -292,10 +302,14 @@ class LocalStack:
             raise RuntimeError("the moto server's URL is not known yet: start the stack first")
         return self.moto_url
 
+    def runtime_arn(self, exp_id: str) -> str:
+        """The ARN of experiment ``exp_id``'s runtime: the one given in ``runtime_arns``, else :func:`runtime_arn`'s."""
+        return self.settings.runtime_arns.get(exp_id) or runtime_arn(exp_id, self.settings.agent_name)
+
     def emulator_config(self) -> dict[str, Any]:
         """The ACR emulator's config: the agent registered once per experiment."""
         runtimes = [
-            agent_runtime(self.settings, runtime_arn(exp_id, self.settings.agent_name), self._moto_url())
+            agent_runtime(self.settings, self.runtime_arn(exp_id), self._moto_url())
             for exp_id in self.settings.experiments
         ]
         return {**self.settings.emulator_options, "runtimes": runtimes}

@@ -207,7 +207,7 @@ async def test_cancelling_execute_tasks_while_its_request_is_sent_still_cancels_
 
 
 def test_unknown_keys_under_agentcore_are_named_with_the_accepted_ones():
-    with pytest.raises(ValueError, match=r"unknown key\(s\) \['experimnet'\].*\['experiment', 'region'\]"):
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['experimnet'\].*\['experiment', 'region', 'run'\]"):
         _config_runtime = backend_rllm.AgentCoreEventsRuntime(_config(experimnet="x"), exp_id=EXP)  # noqa: F841
 
 

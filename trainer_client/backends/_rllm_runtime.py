@@ -37,10 +37,12 @@ class RuntimeOptions:
     Attributes:
         experiment: our experiment's name (its descriptor in SSM); default rLLM's ``rllm.trainer.experiment_name``
             unless that is rLLM's own default ``'default'``.
+        run: a run of the experiment (exp_id ``experiment/run``: results, ``status`` and ``results`` per run).
         region: AWS region of the descriptor (default: boto3's).
     """
 
     experiment: str | None = None
+    run: str | None = None
     region: str | None = None
 
     @classmethod
@@ -112,7 +114,11 @@ class AgentCoreEventsRuntime:
         """
         # The gateway is rLLM's: each rollout's base_url is its inference_url, not a session of ours.
         client = self._client_factory(
-            self.experiment, region=self._options.region, gateway_url=None, model_id=self._model_id
+            self.experiment,
+            run=self._options.run,
+            region=self._options.region,
+            gateway_url=None,
+            model_id=self._model_id,
         )
         for name, given, actual in (
             ("agent_runtime_arn", self._acr.agent_runtime_arn, client.agent_runtime_arn),
@@ -125,7 +131,7 @@ class AgentCoreEventsRuntime:
                     f"{actual!r}; leave it empty or fix it"
                 )
         self._client = client
-        logger.info("rLLM remote runtime %s on experiment %s", BACKEND, self.experiment)
+        logger.info("rLLM remote runtime %s on %s", BACKEND, client.exp_id)
 
     async def execute_tasks(
         self, submissions: list[TaskSubmission], timeout: float | None = None
