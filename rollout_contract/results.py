@@ -313,7 +313,8 @@ class RolloutResult(dict[str, Any]):
     @property
     def field_errors(self) -> dict[str, str]:
         """Document fields the typed views cannot read, each with what is wrong (empty when all read)."""
-        errors = {str(name): str(problem) for name, problem in (self._meta.get("field_errors") or {}).items()}
+        stored = self._meta.get("field_errors")
+        errors = {str(name): str(problem) for name, problem in stored.items()} if isinstance(stored, Mapping) else {}
         for name, kind, what in _TYPED_FIELDS:
             value = self.get(name)
             if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):

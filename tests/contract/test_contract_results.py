@@ -238,3 +238,14 @@ def test_redaction_always_hides_api_key_and_named_keys_at_any_depth_without_touc
         "keep": 1,
     }
     assert payload["_rollout"]["api_key"] == "sk"
+
+
+def test_a_malformed_key_of_ours_is_read_as_far_as_it_goes_and_named():
+    # GIVEN a document whose _agentcore_rollouts was damaged (by hand, or by another writer)
+    meta = {"status": "done", "timings": {"started_at": "soon"}, "field_errors": ["x"]}
+    document = {**_art_document(rewards=1.0, status_code=200), META_FIELD: meta}
+
+    # WHEN it is read THEN the status falls back to ART's fields and each damaged field is named
+    result = RolloutResult.from_json_bytes(json.dumps(document))
+    assert result.status is Status.SUCCEEDED and result.reward == 1.0 and result.timings == Timings()
+    assert {f"{META_FIELD}.status", f"{META_FIELD}.timings"} <= result.field_errors.keys()
