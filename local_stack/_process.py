@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 
 __all__ = [
     "environment",
@@ -47,6 +46,8 @@ def free_port() -> int:
 
 def http_ready(url: str) -> Callable[[], bool]:
     """Return a readiness check: ``url`` answers a GET with any status below 500."""
+
+    import httpx  # here, not at module level: the CLI imports this module and must stay light
 
     def check() -> bool:
         try:
