@@ -122,6 +122,10 @@ class TrainerAccess(Construct):
                         *(f"{sessions_table.table_arn}/index/{index.name}" for index in sessions_spec.indexes),
                     ],
                 ),
+                # `rollouts sessions --queued` and `rollouts cancel --all|--input-id`: queued rollouts are in no index.
+                iam.PolicyStatement(
+                    sid="ListQueuedRollouts", actions=["dynamodb:Scan"], resources=[sessions_table.table_arn]
+                ),
             ],
         )
 

@@ -51,6 +51,7 @@ from rollout_contract.sessions import (
     ATTR_SUBMITTED_AT,
     ATTR_TRAINER,
     INFLIGHT_MARK,
+    SessionRecord,
     SessionState,
 )
 
@@ -100,49 +101,6 @@ class Transition(StrEnum):
     RELEASED = "released"  # this call finished the rollout and freed its slot
     FINISHED = "finished"  # this call finished a rollout that held no slot
     ALREADY_FINISHED = "already_finished"  # someone else finished it first
-
-
-@dataclass(frozen=True)
-class SessionRecord:
-    """One sessions-table item."""
-
-    session_id: str
-    state: SessionState
-    exp_id: str | None = None
-    input_id: str | None = None
-    status: str | None = None
-    submitted_at: float | None = None
-    dispatched_at: float | None = None
-    deadline_at: float | None = None
-    attempts: int = 0
-    inflight: bool = False
-    lease_owner: str | None = None
-    lease_until: float | None = None
-
-    @classmethod
-    def from_item(cls, item: Mapping[str, Mapping[str, str]]) -> SessionRecord:
-        """Read a DynamoDB item in its wire shape."""
-
-        def text(name: str) -> str | None:
-            return item[name]["S"] if name in item else None
-
-        def number(name: str) -> float | None:
-            return float(item[name]["N"]) if name in item else None
-
-        return cls(
-            session_id=item[SESSIONS_PARTITION_KEY]["S"],
-            state=SessionState(item[ATTR_STATE]["S"]),
-            exp_id=text(ATTR_EXP_ID),
-            input_id=text(ATTR_INPUT_ID),
-            status=text(ATTR_STATUS),
-            submitted_at=number(ATTR_SUBMITTED_AT),
-            dispatched_at=number(ATTR_DISPATCHED_AT),
-            deadline_at=number(ATTR_DEADLINE_AT),
-            attempts=int(number(ATTR_ATTEMPTS) or 0),
-            inflight=ATTR_INFLIGHT in item,
-            lease_owner=text(ATTR_LEASE_OWNER),
-            lease_until=number(ATTR_LEASE_UNTIL),
-        )
 
 
 class Recorded(NamedTuple):

@@ -1,12 +1,16 @@
 """The sessions table: one item per rollout, written by the dispatcher, finisher and sweeper.
 
-Attribute names and states are defined here so the Lambdas, the trainer's ``status`` view and the
-local stack read the same item the same way.
+Attribute names and states are defined here, and :class:`SessionRecord` reads an item, so the Lambdas, the
+trainer's ``status``, ``sessions`` and ``cancel`` and the local stack read the same item the same way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import StrEnum
+
+from rollout_contract.resources import SESSIONS_PARTITION_KEY
 
 
 class SessionState(StrEnum):
@@ -52,3 +56,46 @@ ATTR_ALIVE_UNTIL = "alive_until"
 def trainer_item_key(trainer_id: str) -> str:
     """The sessions-table key of trainer ``trainer_id``'s lease item."""
     return f"{TRAINER_ITEM_PREFIX}{trainer_id}"
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """One rollout's sessions-table item (times are unix seconds)."""
+
+    session_id: str
+    state: SessionState
+    exp_id: str | None = None
+    input_id: str | None = None
+    status: str | None = None
+    submitted_at: float | None = None
+    dispatched_at: float | None = None
+    deadline_at: float | None = None
+    attempts: int = 0
+    inflight: bool = False
+    lease_owner: str | None = None
+    lease_until: float | None = None
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Mapping[str, str]]) -> SessionRecord:
+        """Read a DynamoDB item in its wire shape."""
+
+        def text(name: str) -> str | None:
+            return item[name]["S"] if name in item else None
+
+        def number(name: str) -> float | None:
+            return float(item[name]["N"]) if name in item else None
+
+        return cls(
+            session_id=item[SESSIONS_PARTITION_KEY]["S"],
+            state=SessionState(item[ATTR_STATE]["S"]),
+            exp_id=text(ATTR_EXP_ID),
+            input_id=text(ATTR_INPUT_ID),
+            status=text(ATTR_STATUS),
+            submitted_at=number(ATTR_SUBMITTED_AT),
+            dispatched_at=number(ATTR_DISPATCHED_AT),
+            deadline_at=number(ATTR_DEADLINE_AT),
+            attempts=int(number(ATTR_ATTEMPTS) or 0),
+            inflight=ATTR_INFLIGHT in item,
+            lease_owner=text(ATTR_LEASE_OWNER),
+            lease_until=number(ATTR_LEASE_UNTIL),
+        )

@@ -4,6 +4,7 @@
 - ``rollouts status EXP``: queue depths, rollouts in flight, recent results.
 - ``rollouts results EXP``: export the experiment's stored results as JSONL.
   These three take ``--run RUN``: the rollouts of one run of the experiment (exp_id ``EXP/RUN``).
+- ``rollouts sessions EXP``: the rollouts in flight; ``rollouts cancel EXP --session ID | --input-id ID | --all``.
 - ``rollouts doctor EXP [--canary PAYLOAD.json]``: check every hop, one line each; exit 1 on any failure.
 - ``rollouts local ...`` / ``rollouts demo``: mounted from ``local_stack.cli.add_commands`` with the example math
   agent (``examples.math_agent.local.MATH_DEMO``) as what they host (the one place the
@@ -38,6 +39,7 @@ from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S, PollSettings
 from trainer_client._dataset import json_object, read_dataset
 from trainer_client._eval import plan_eval, row_input_id, run_eval
 from trainer_client._exceptions import RolloutError
+from trainer_client._operate import cancel_rollouts, print_sessions
 from trainer_client.doctor import run_doctor
 
 __all__ = ["build_parser", "main"]
@@ -193,6 +195,26 @@ def build_parser() -> argparse.ArgumentParser:
     _add_experiment(status)
     status.add_argument("--recent", type=_positive_int, default=10, help="how many recent results to show (10)")
     status.set_defaults(func=_status)
+
+    sessions = commands.add_parser(
+        "sessions", help="rollouts in flight: session id, input id, state, age, deadline (every trainer's)"
+    )
+    _add_experiment(sessions)
+    sessions.add_argument(
+        "--queued", action="store_true", help="add the rollouts waiting for capacity (scans the sessions table)"
+    )
+    sessions.add_argument("--json", action="store_true", help="one JSON object per rollout (JSONL)")
+    sessions.set_defaults(func=_sessions)
+
+    cancel = commands.add_parser(
+        "cancel", help="cancel rollouts in flight (each ends as cancelled, its session stopped), any trainer's"
+    )
+    _add_experiment(cancel)
+    which = cancel.add_mutually_exclusive_group(required=True)
+    which.add_argument("--session", action="append", metavar="ID", help="this rollout (repeatable)")
+    which.add_argument("--input-id", metavar="ID", help="every rollout of this input id (group) not ended")
+    which.add_argument("--all", action="store_true", help="every rollout not ended, queued ones included")
+    cancel.set_defaults(func=_cancel)
 
     results = commands.add_parser("results", help="list an experiment's stored results, or export them as JSONL")
     _add_experiment(results)
@@ -358,6 +380,20 @@ def _status(args: argparse.Namespace) -> int:
         reward = "-" if result.reward is None else f"{result.reward:g}"
         print(f"  {result.status.value:<16} reward={reward:<8} {result.result_key}", file=out)
     return 0
+
+
+def _sessions(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        records = client.sessions(queued=args.queued)
+    print_sessions(records, as_json=args.json, out=sys.stdout)
+    return 0
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        return cancel_rollouts(
+            client, session_ids=args.session or (), input_id=args.input_id, everything=args.all, out=sys.stdout
+        )
 
 
 def _doctor(args: argparse.Namespace) -> int:

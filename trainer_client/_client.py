@@ -35,6 +35,7 @@ from rollout_contract import (
 )
 from rollout_contract.messages import DEFAULT_QUEUE_TIMEOUT_S, SQS_MAX_INLINE_PAYLOAD_BYTES, validate_timeout_s
 from rollout_contract.protocol import region_of_arn
+from rollout_contract.sessions import SessionRecord
 from trainer_client._aws import (
     AwsClients,
     aws_call,
@@ -63,6 +64,7 @@ from trainer_client._journal import Journal, read_journal_entries
 from trainer_client._owners import Ownership
 from trainer_client._poller import CompletionPoller
 from trainer_client._results import ClientResult
+from trainer_client._sessions import in_flight_sessions, queued_sessions, send_cancels, session_record
 from trainer_client._status import ExperimentStatus, iter_results, read_status
 from trainer_client._stored import read_if_stored
 from trainer_client._traces import TraceReader, session_base_url
@@ -738,6 +740,57 @@ class RolloutClient:
         """
         wanted = {Status(status) for status in statuses} if statuses is not None else None
         return self._results(wanted)
+
+    def sessions(self, *, queued: bool = False) -> list[SessionRecord]:
+        """The rollouts in flight under this client's exp_id (every trainer's), from the sessions table.
+
+        In flight means holding a session slot (``admitted``, ``running``), soonest deadline first; ``queued``
+        adds the rollouts still waiting for capacity, oldest first, at the price of a Scan of the table.
+
+        Raises:
+            AwsError: the sessions table could not be read.
+        """
+        with aws_call(f"reading the sessions of {self.exp_id!r}"):
+            records = in_flight_sessions(self._clients.dynamodb, self.resources, self.exp_id)
+            if queued:
+                records += queued_sessions(self._clients.dynamodb, self.resources, self.exp_id)
+        return records
+
+    def session(self, session_id: str) -> SessionRecord | None:
+        """One rollout's sessions-table item, or ``None`` when no dispatcher recorded ``session_id``.
+
+        Raises:
+            AwsError: the sessions table could not be read.
+        """
+        with aws_call(f"reading rollout {session_id} of {self.exp_id!r}"):
+            return session_record(self._clients.dynamodb, self.resources, validate_session_id(session_id))
+
+    def cancel(self, rollouts: Iterable[str | ResultKey]) -> int:
+        """Ask the dispatcher to cancel rollouts of this experiment, any trainer's (what ``future.cancel()`` sends).
+
+        Each ends as ``cancelled`` unless it ended first, and the finisher stops its session.
+
+        Args:
+            rollouts: result keys (``exp_id/input_id/session_id.json`` or :class:`ResultKey`).
+
+        Returns:
+            How many cancel requests were sent.
+
+        Raises:
+            ValueError: a key of another experiment.
+            SubmitError: the dispatch queue refused some (the message names them).
+        """
+        keys = [rollout if isinstance(rollout, ResultKey) else parse_result_key(rollout) for rollout in rollouts]
+        strangers = [str(key) for key in keys if split_exp_id(key.exp_id)[0] != self.experiment]
+        if strangers:
+            raise ValueError(f"{', '.join(strangers)} belong to another experiment than {self.experiment!r}")
+        try:
+            refused = send_cancels(self._clients.sqs, self.dispatch_queue_url, keys)
+        except (BotoCoreError, BotoClientError) as exc:
+            raise SubmitError(f"could not send cancel requests: {exc}") from exc
+        if refused:
+            raise SubmitError(f"the dispatch queue refused the cancel requests of {', '.join(refused)}")
+        return len(keys)
 
     def _results(self, wanted: Collection[Status] | None) -> Iterator[ClientResult]:
         with aws_call(f"reading the results of {self.exp_id!r} from s3://{self.s3_bucket}"):

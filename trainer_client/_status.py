@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollout_contract import ExperimentResources, Status, experiment_prefix, is_result_key
-from rollout_contract.ids import RUN_SEPARATOR
-from rollout_contract.sessions import ATTR_EXP_ID, INFLIGHT_MARK
 from trainer_client._aws import AwsClients
 from trainer_client._results import ClientResult
+from trainer_client._sessions import in_flight_query
 
 __all__ = ["ExperimentStatus", "QueueDepth", "count_in_flight", "iter_result_keys", "iter_results", "read_status"]
 
@@ -80,20 +79,8 @@ def count_in_flight(dynamodb: Any, resources: ExperimentResources, *, exp_id: st
 
     ``exp_id`` ``None`` (or the experiment's name) counts every run; a run's counts it and the runs under it.
     """
-    index = resources.sessions_table.indexes[0]
+    query = {**in_flight_query(resources, exp_id), "Select": "COUNT"}
     count = 0
-    query: dict[str, Any] = {
-        "TableName": resources.sessions_table.name,
-        "IndexName": index.name,
-        "KeyConditionExpression": "#p = :mark",
-        "ExpressionAttributeNames": {"#p": index.partition_key},
-        "ExpressionAttributeValues": {":mark": {"S": INFLIGHT_MARK}},
-        "Select": "COUNT",
-    }
-    if exp_id is not None and exp_id != resources.exp_id:
-        query["FilterExpression"] = "#e = :run OR begins_with(#e, :nested)"
-        query["ExpressionAttributeNames"]["#e"] = ATTR_EXP_ID
-        query["ExpressionAttributeValues"].update({":run": {"S": exp_id}, ":nested": {"S": exp_id + RUN_SEPARATOR}})
     while True:
         page = dynamodb.query(**query)
         count += page["Count"]

@@ -20,6 +20,7 @@ from rollout_contract import ResultKey, RolloutResult, Status
 from rollout_contract.budgets import ATTR_TOTAL, SESSION_BUDGET_ID, held_attribute
 from rollout_contract.resources import BUDGET_PARTITION_KEY, BUDGET_TABLE, ExperimentResources
 from trainer_client import PollSettings, RolloutClient
+from trainer_client._cli import main
 
 pytestmark = pytest.mark.e2e
 
@@ -87,6 +88,22 @@ def test_cancel_ends_a_running_rollout_as_cancelled_and_stops_its_session(
         future.result(timeout=1)
     assert wait_until(lambda: emulator_counters(stack)["stops"] > stops_before)
     assert _stored(stack, future.result_key).status is Status.CANCELLED
+    assert wait_until(lambda: _slots_held() == (0, 0))
+
+
+def test_an_operator_lists_the_running_rollouts_and_cancels_them_all(
+    stack: LocalStack, client: RolloutClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN two rollouts running (their agents sleep for 60 s)
+    futures = [client.invoke({"sleep_s": 60}, input_id="operated", timeout=120) for _ in range(2)]
+    assert wait_until(lambda: _slots_held()[1] >= 2)
+    # WHEN an operator lists the sessions, then cancels every rollout (commands of another process's making)
+    assert main(["sessions", EXP, "--json"]) == 0
+    listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert main(["cancel", EXP, "--all"]) == 0
+    # THEN both were listed with their input id, and both end as cancelled, their sessions stopped, slots freed
+    assert {(row["session_id"], row["input_id"]) for row in listed} >= {(f.session_id, "operated") for f in futures}
+    assert [future.result(timeout=RESULT_WAIT_S).status for future in futures] == [Status.CANCELLED] * 2
     assert wait_until(lambda: _slots_held() == (0, 0))
 
 

@@ -467,6 +467,7 @@ def test_trainer_role_grants_exactly_what_a_trainer_needs(synth: Synthesized) ->
         *{(a, dlq) for a in ("sqs:GetQueueAttributes", "sqs:GetQueueUrl") for dlq in dlqs},
         ("s3:ListBucket", f"arn:<AWS::Partition>:s3:::{_bucket()}"),
         *{(a, t) for a in ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query") for t in (table, index)},
+        ("dynamodb:Scan", table),
         ("dynamodb:UpdateItem", table),
         *{(a, q) for a in ("sqs:GetQueueAttributes", "sqs:GetQueueUrl") for q in finisher_queues},
         ("s3:GetBucketNotification", f"arn:<AWS::Partition>:s3:::{_bucket()}"),

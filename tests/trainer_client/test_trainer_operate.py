@@ -1,0 +1,105 @@
+"""``rollouts sessions`` and ``rollouts cancel``: rollouts in flight, read from the sessions table; cancelling."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import boto3
+import pytest
+
+from rollout_contract.sessions import (
+    ATTR_DEADLINE_AT,
+    ATTR_EXP_ID,
+    ATTR_INFLIGHT,
+    ATTR_INPUT_ID,
+    ATTR_SESSION_ID,
+    ATTR_STATE,
+    ATTR_STATUS,
+    ATTR_SUBMITTED_AT,
+    INFLIGHT_MARK,
+    trainer_item_key,
+)
+from trainer_client._cli import main
+
+
+def record(descriptor, session_id, state, input_id, *, deadline_in=None, age=7200.0, status=None):
+    """Write one sessions-table item as the dispatcher and finisher leave it (times relative to now)."""
+    now = time.time()
+    item = {
+        ATTR_SESSION_ID: {"S": session_id},
+        ATTR_STATE: {"S": state},
+        ATTR_INPUT_ID: {"S": input_id},
+        ATTR_EXP_ID: {"S": descriptor.exp_id},
+        ATTR_SUBMITTED_AT: {"N": str(now - age)},
+    }
+    if deadline_in is not None:
+        item.update({ATTR_INFLIGHT: {"S": INFLIGHT_MARK}, ATTR_DEADLINE_AT: {"N": str(now + deadline_in)}})
+    if status is not None:
+        item[ATTR_STATUS] = {"S": status}
+    boto3.client("dynamodb").put_item(TableName=descriptor.sessions_table, Item=item)
+
+
+@pytest.fixture
+def rollouts(descriptor):
+    """Two running rollouts of group g1, one admitted of g2, one queued of g1, one finished, and a trainer's lease."""
+    ids = {name: f"{name}-{'0' * (36 - len(name))}" for name in ("run-a", "run-b", "adm-c", "que-d", "fin-e")}
+    record(descriptor, ids["run-a"], "running", "g1", deadline_in=2990, age=3 * 3600)
+    record(descriptor, ids["run-b"], "running", "g1", deadline_in=30)
+    record(descriptor, ids["adm-c"], "admitted", "g2", deadline_in=600)
+    record(descriptor, ids["que-d"], "queued", "g1")
+    record(descriptor, ids["fin-e"], "finished", "g3", status="succeeded")
+    boto3.client("dynamodb").put_item(
+        TableName=descriptor.sessions_table, Item={ATTR_SESSION_ID: {"S": trainer_item_key("t1")}}
+    )
+    return ids
+
+
+def test_sessions_lists_the_rollouts_holding_a_slot_soonest_deadline_first(descriptor, rollouts, capsys):
+    # WHEN the rollouts in flight are listed
+    assert main(["sessions", descriptor.exp_id]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # THEN a heading counts them by state with the time, and each line shows id, input, state, age and deadline
+    assert lines[0].startswith("3 rollouts in flight (1 admitted, 2 running) at ") and lines[0].endswith(" UTC")
+    assert [line.split()[:3] for line in lines[2:]] == [
+        [rollouts["run-b"], "g1", "running"],
+        [rollouts["adm-c"], "g2", "admitted"],
+        [rollouts["run-a"], "g1", "running"],
+    ]
+    assert lines[4].split()[3] == "3h00m" and " in 49m" in lines[4]
+
+
+def test_sessions_queued_adds_the_waiting_ones_and_json_gives_one_object_each(descriptor, rollouts, capsys):
+    assert main(["sessions", descriptor.exp_id, "--queued", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {row["session_id"]: row["state"] for row in rows} == {
+        rollouts["run-a"]: "running", rollouts["run-b"]: "running", rollouts["adm-c"]: "admitted",
+        rollouts["que-d"]: "queued",
+    }  # fmt: skip
+    queued = next(row for row in rows if row["state"] == "queued")
+    assert queued["deadline_at"] is None and queued["age_s"] == pytest.approx(7200, abs=60)
+
+
+def test_cancel_sends_the_dispatcher_a_cancel_request_per_chosen_rollout(descriptor, rollouts, backend, capsys):
+    # WHEN one session, then one input id's rollouts, then the rest are cancelled
+    assert main(["cancel", descriptor.exp_id, "--session", rollouts["adm-c"]]) == 0
+    assert [c.session_id for c in backend.receive(1)] == [rollouts["adm-c"]]
+    assert main(["cancel", descriptor.exp_id, "--input-id", "g1"]) == 0
+    cancels = backend.receive(3)
+    # THEN each request names the rollout's key, queued ones included, and the command says what it sent
+    assert {(c.input_id, c.session_id) for c in cancels} == {
+        ("g1", rollouts["run-a"]), ("g1", rollouts["run-b"]), ("g1", rollouts["que-d"]),
+    }  # fmt: skip
+    assert all(c.exp_id == descriptor.exp_id and c.kind == "cancel" for c in cancels)
+    assert "cancel requested for 3 rollouts: " in capsys.readouterr().out.splitlines()[-1]
+    assert main(["cancel", descriptor.exp_id, "--all"]) == 0
+    assert len(backend.receive(4)) == 4
+
+
+def test_cancel_of_an_unknown_or_ended_rollout_says_so(descriptor, rollouts, backend, capsys):
+    unknown = "u" * 36
+    assert main(["cancel", descriptor.exp_id, "--session", unknown, "--session", rollouts["fin-e"]]) == 1
+    out = capsys.readouterr().out
+    assert f"no rollout {unknown} recorded in {descriptor.exp_id}'s sessions table" in out
+    assert f"rollout {rollouts['fin-e']} already ended (succeeded): nothing to cancel" in out
+    assert "nothing to cancel" in out.splitlines()[-1]

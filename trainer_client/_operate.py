@@ -1,0 +1,124 @@
+"""``rollouts sessions`` and ``rollouts cancel``: the rollouts in flight, and stopping some or all of them.
+
+Both read the sessions table through :meth:`RolloutClient.sessions` / :meth:`RolloutClient.session` and cancel
+through :meth:`RolloutClient.cancel` (a ``CancelRequest`` per rollout on the dispatch queue, as
+``future.cancel()`` sends it).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TextIO
+
+from rollout_contract import ResultKey
+from rollout_contract.sessions import SessionRecord, SessionState
+from trainer_client._client import RolloutClient
+
+__all__ = ["cancel_rollouts", "duration", "print_sessions", "session_row", "utc"]
+
+#: Cancelled session ids printed by ``cancel`` (the rest are counted).
+_SHOWN = 10
+
+
+def utc(unix_s: float) -> str:
+    """``2026-11-26 23:45:10 UTC``."""
+    return f"{datetime.fromtimestamp(unix_s, UTC):%Y-%m-%d %H:%M:%S} UTC"
+
+
+def duration(seconds: float) -> str:
+    """``45s``, ``3m05s``, ``2h07m``: short enough for a column."""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def session_row(record: SessionRecord, now: float) -> dict[str, object]:
+    """One rollout as ``--json`` prints it (times in unix seconds, ages and remaining time in seconds)."""
+    return {
+        "session_id": record.session_id,
+        "input_id": record.input_id,
+        "exp_id": record.exp_id,
+        "state": record.state.value,
+        "submitted_at": record.submitted_at,
+        "dispatched_at": record.dispatched_at,
+        "deadline_at": record.deadline_at,
+        "age_s": None if record.submitted_at is None else round(now - record.submitted_at, 1),
+        "deadline_in_s": None if record.deadline_at is None else round(record.deadline_at - now, 1),
+        "attempts": record.attempts,
+    }
+
+
+def print_sessions(records: Sequence[SessionRecord], *, as_json: bool, out: TextIO, now: float | None = None) -> None:
+    """A heading with the counts by state and the time, then one line per rollout (or JSON lines)."""
+    now = time.time() if now is None else now
+    if as_json:
+        for record in records:
+            print(json.dumps(session_row(record, now)), file=out)
+        return
+    states = Counter(record.state.value for record in records)
+    counts = ", ".join(f"{count} {state}" for state, count in sorted(states.items())) or "none"
+    print(f"{len(records)} rollouts in flight ({counts}) at {utc(now)}", file=out)
+    if not records:
+        return
+    print(f"{'SESSION':<38} {'INPUT':<24} {'STATE':<9} {'AGE':>7}  DEADLINE", file=out)
+    for record in records:
+        age = "-" if record.submitted_at is None else duration(now - record.submitted_at)
+        deadline = "-"
+        if record.deadline_at is not None:
+            left = record.deadline_at - now
+            when = f"in {duration(left)}" if left >= 0 else f"{duration(-left)} ago"
+            deadline = f"{when} ({utc(record.deadline_at)})"
+        line = f"{record.session_id:<38} {record.input_id or '-':<24} {record.state.value:<9} {age:>7}  {deadline}"
+        print(line, file=out)
+
+
+def cancel_rollouts(
+    client: RolloutClient,
+    *,
+    session_ids: Sequence[str] = (),
+    input_id: str | None = None,
+    everything: bool = False,
+    out: TextIO,
+) -> int:
+    """Cancel the named sessions, an input id's rollouts, or every rollout not ended; return the exit status.
+
+    A session id that no dispatcher recorded, or whose rollout ended, is reported and makes the status 1.
+    """
+    keys: list[ResultKey] = []
+    missing = 0
+    for session_id in session_ids:
+        record = client.session(session_id)
+        if record is None or record.input_id is None:
+            print(f"no rollout {session_id} recorded in {client.exp_id}'s sessions table (a typo, or not yet "
+                  "received by a dispatcher: try again in a moment)", file=out)  # fmt: skip
+            missing += 1
+        elif record.state is SessionState.FINISHED:
+            print(f"rollout {session_id} already ended ({record.status or 'finished'}): nothing to cancel", file=out)
+            missing += 1
+        else:
+            keys.append(ResultKey(record.exp_id or client.exp_id, record.input_id, record.session_id))
+    if input_id is not None or everything:
+        keys += [
+            ResultKey(record.exp_id or client.exp_id, record.input_id, record.session_id)
+            for record in client.sessions(queued=True)
+            if record.input_id is not None and (everything or record.input_id == input_id)
+        ]
+    if not keys:
+        print("nothing to cancel", file=out)
+        return 1 if missing else 0
+    sent = client.cancel(keys)
+    shown = ", ".join(key.session_id for key in keys[:_SHOWN])
+    more = f" and {len(keys) - _SHOWN} more" if len(keys) > _SHOWN else ""
+    print(
+        f"cancel requested for {sent} rollouts: {shown}{more}; each ends as cancelled unless it ended first, and "
+        "its session is stopped",
+        file=out,
+    )
+    return 1 if missing else 0
