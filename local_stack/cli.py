@@ -175,6 +175,12 @@ def _demo(args: argparse.Namespace) -> int:
 
     if _refuse_running(args.run_dir, "rollouts demo") or not _run_dir_usable(args.run_dir, "rollouts demo"):
         return 1
+    if args.agent_target is not None and args.dataset is None:
+        print(
+            "rollouts demo: --agent needs --dataset FILE: the example's dataset is for the example agent",
+            file=sys.stderr,
+        )
+        return 2
     task = args.task
     agent = _hosted_agent(args, task.agent, "rollouts demo")
     if agent is None:
@@ -182,8 +188,6 @@ def _demo(args: argparse.Namespace) -> int:
     try:
         if args.dataset is not None:
             task = dataset_task(agent, args.dataset)
-        elif agent is not task.agent:
-            raise ValueError("--agent needs --dataset FILE: the example's dataset is for the example agent")
         settings = DemoSettings(
             prompts=args.prompts if args.prompts is not None else task.default_prompts,
             samples_per_prompt=args.samples,

@@ -19,6 +19,8 @@ from local_stack.agent_launcher import AgentTargetError, find_app, parse_target,
 from local_stack.agent_target import AgentStartError, check_agent, target_agent
 from local_stack.cli import STATE_FILE, add_commands
 from local_stack.demo import DemoSettings
+from local_stack.hosting import LocalAgent
+from local_stack.model_endpoint import EndpointSettings
 from local_stack.stack import LocalStack, StackSettings
 from rollout_contract.protocol import SESSION_HEADER
 
@@ -184,16 +186,47 @@ def test_agent_options_without_an_agent_are_refused(tmp_path: Path, capsys) -> N
     assert "--agent-env need --agent TARGET" in capsys.readouterr().err
 
 
+def test_demo_with_an_agent_but_no_dataset_is_refused_before_the_agent_is_started(tmp_path: Path, capsys) -> None:
+    path = _write(tmp_path, "app.py", STOCK_AGENT)
+    assert _cli("demo", "--agent", str(path), "--run-dir", str(tmp_path / "run")) == 2
+    err = capsys.readouterr().err
+    assert "--agent needs --dataset FILE" in err and "checking the agent" not in err
+
+
 # --- paths as str or PathLike -----------------------------------------------------------------------------------
 
 
-def test_stack_and_demo_settings_take_paths_as_str(tmp_path: Path) -> None:
-    # GIVEN run directories given as strings (LocalStack used to fail: 'str' object has no attribute 'resolve')
-    settings = StackSettings(run_dir=str(tmp_path / "run"), emulator=False, extra_pythonpath=(str(tmp_path),))
-    # WHEN a stack and the demo's settings are made from them
+class _FsPath:
+    """An ``os.PathLike`` that is not a ``pathlib.Path`` (as a user's own path type would be)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __fspath__(self) -> str:
+        return self.path
+
+
+@pytest.mark.parametrize("kind", [str, _FsPath], ids=["str", "PathLike"])
+def test_stack_agent_model_and_demo_settings_take_paths_as_str_or_pathlike(tmp_path: Path, kind) -> None:
+    # GIVEN every path of the public settings given as `kind` (LocalStack used to fail on a str run_dir:
+    # 'str' object has no attribute 'resolve')
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"conversations": [{"match": "x", "answers": [[{"content": "y"}]]}]}))
+    agent_file = _write(tmp_path, "app.py", STOCK_AGENT)
+    # WHEN a stack, an agent, the model's and the demo's settings are made from them
+    settings = StackSettings(
+        run_dir=kind(tmp_path / "run"),
+        emulator=False,
+        extra_pythonpath=(kind(tmp_path),),
+        agent_working_dir=kind(tmp_path / "work"),
+    )
     stack = LocalStack(settings)
-    demo = DemoSettings(run_dir=str(tmp_path / "demo"), output=str(tmp_path / "out.jsonl"))
+    agent = LocalAgent(name="mine", command=("python", "app.py"), working_dir=kind(tmp_path))
+    targeted = target_agent(kind(agent_file), working_dir=kind(tmp_path / "work"))
+    model = EndpointSettings(script=kind(script))
+    demo = DemoSettings(run_dir=kind(tmp_path / "demo"), output=kind(tmp_path / "out.jsonl"), model_script=kind(script))
     # THEN they hold paths
     assert stack.run_dir == (tmp_path / "run").resolve()
-    assert settings.extra_pythonpath == (tmp_path,)
-    assert (demo.run_dir, demo.output) == (tmp_path / "demo", tmp_path / "out.jsonl")
+    assert (settings.extra_pythonpath, settings.agent_working_dir) == ((tmp_path,), tmp_path / "work")
+    assert (agent.working_dir, targeted.working_dir, model.script) == (tmp_path, tmp_path / "work", script)
+    assert (demo.run_dir, demo.output, demo.model_script) == (tmp_path / "demo", tmp_path / "out.jsonl", script)
