@@ -115,12 +115,16 @@ class TrainerAccess(Construct):
                     },
                 ),
                 iam.PolicyStatement(
+                    # A rollout's item (its trainer, a lease, a future past its deadline), 100 at a time.
                     sid="ReadRolloutStatus",
-                    actions=["dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query"],
-                    resources=[
-                        sessions_table.table_arn,
-                        *(f"{sessions_table.table_arn}/index/{index.name}" for index in sessions_spec.indexes),
-                    ],
+                    actions=["dynamodb:GetItem", "dynamodb:BatchGetItem"],
+                    resources=[sessions_table.table_arn],
+                ),
+                iam.PolicyStatement(
+                    # Rollouts in flight (`rollouts status`, `RolloutClient.status`).
+                    sid="ListRolloutsInFlight",
+                    actions=["dynamodb:Query"],
+                    resources=[f"{sessions_table.table_arn}/index/{index.name}" for index in sessions_spec.indexes],
                 ),
                 # `rollouts sessions --queued` and `rollouts cancel --all|--input-id`: queued rollouts are in no index.
                 iam.PolicyStatement(

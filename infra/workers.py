@@ -32,8 +32,19 @@ SWEEP_RATE = Duration.minutes(1)
 STOP_SESSION = "bedrock-agentcore:StopRuntimeSession"
 #: S3 refuses a put of an existing key that carries ``If-None-Match: *``; this condition refuses a put without it.
 FIRST_WRITER_WINS = {"StringEquals": {"s3:if-none-match": "*"}}
-#: What the functions call on a table item (transactions are authorized as their updates); Query on the index.
-SESSIONS_CALLS = ["dynamodb:GetItem", "dynamodb:UpdateItem"]
+#: What each function calls on a sessions item and on a budget item (a transaction is authorized as its updates),
+#: as the recorded calls show (tests/e2e/test_e2e_iam.py): the dispatcher reads a redelivered rollout's item and the
+#: slot count while it waits for a slot, the sweeper the slot count it reconciles; the finisher only updates.
+SESSIONS_CALLS = {
+    "dispatcher": ["dynamodb:GetItem", "dynamodb:UpdateItem"],
+    "finisher": ["dynamodb:UpdateItem"],
+    "sweeper": ["dynamodb:UpdateItem"],
+}
+BUDGET_CALLS = {
+    "dispatcher": ["dynamodb:GetItem", "dynamodb:UpdateItem"],
+    "finisher": ["dynamodb:UpdateItem"],
+    "sweeper": ["dynamodb:GetItem", "dynamodb:UpdateItem"],
+}
 #: Why the results prefix is the narrowest S3 scope (quoted in the cdk-nag acknowledgements).
 RESULT_KEYS = "Keys are {exp_id}/{input_id}/{session_id}.json: the experiment's prefix is the narrowest scope."
 PAYLOAD_KEYS = "Oversized payloads are parked per rollout under the experiment's prefix."
@@ -123,22 +134,25 @@ class RolloutWorkers(Construct):
         payloads = bucket.arn_for_objects(f"{payload_ref_prefix(exp_id)}*")
         runtime_resources = [runtime.agent_runtime_arn, f"{runtime.agent_runtime_arn}/*"]
         runtime.grant_invoke_runtime(self.dispatcher.role)
-        # The budget table is shared by every experiment: each function may read and update (no put, delete or
+        # The budget table is shared by every experiment: each function may read or update (no put, delete or
         # scan) the account's session count and its own runtime's invoke budget, and no other item.
         budget_items = [SESSION_BUDGET_ID, tps_budget_id(runtime.agent_runtime_arn, DEFAULT_QUALIFIER)]
-        for worker in self.all.values():
+        for name, worker in self.all.items():
             worker.role.add_to_policy(iam.PolicyStatement(actions=[STOP_SESSION], resources=runtime_resources))
-            worker.role.add_to_policy(iam.PolicyStatement(actions=SESSIONS_CALLS, resources=[sessions_table.table_arn]))
             worker.role.add_to_policy(
-                iam.PolicyStatement(actions=["dynamodb:Query"], resources=[f"{sessions_table.table_arn}/index/*"])
+                iam.PolicyStatement(actions=SESSIONS_CALLS[name], resources=[sessions_table.table_arn])
             )
             worker.role.add_to_policy(
                 iam.PolicyStatement(
-                    actions=SESSIONS_CALLS,
+                    actions=BUDGET_CALLS[name],
                     resources=[budget_table.table_arn],
                     conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": budget_items}},
                 )
             )
+        # The sweeper finds overdue rollouts and counts those in flight on the sessions table's in-flight index.
+        self.sweeper.role.add_to_policy(
+            iam.PolicyStatement(actions=["dynamodb:Query"], resources=[f"{sessions_table.table_arn}/index/*"])
+        )
         # Writers put results first-writer-wins (a put without If-None-Match is refused) and read back the winner
         # when they lose the race.
         for writer in (self.dispatcher, self.sweeper):
@@ -177,11 +191,11 @@ class RolloutWorkers(Construct):
                 "ACR authorizes InvokeAgentRuntime/StopRuntimeSession on the runtime ARN and its endpoints (ARN/*); "
                 "both are this experiment's runtime only.",
             )
-            acknowledge(
-                worker.role,
-                index,
-                "The sweeper queries the sessions table's in-flight index; the grant covers this table's indexes only.",
-            )
+        acknowledge(
+            self.sweeper.role,
+            index,
+            "The sweeper queries the sessions table's in-flight index; the grant covers this table's indexes only.",
+        )
 
 
 def _sqs_event_source(queue: RolloutQueue, *, max_concurrency: int | None = None) -> event_sources.SqsEventSource:

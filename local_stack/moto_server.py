@@ -57,7 +57,9 @@ EMULATOR_SERVICES: Mapping[str, str] = {
 }
 #: Access keys of the local stack, one per component (moto accepts any key), so the server can tell callers apart.
 #: Only the administrator's (provisioning, tests, benchmarks) holds bucket-wide ``s3:ListBucket``, as the deploying
-#: identity does in AWS; no component's role does (``infra/``), so each gets S3's 403 for a missing key.
+#: identity does in AWS; no component's role does (``infra/``), so each gets S3's 403 for a missing key. A function's
+#: key signs its handler's calls and its queue's polling (Lambda's SQS poller uses the function's role); ``lambda``
+#: signs what the local worker does in the Lambda service's place (its settings, its ``AWS/Lambda`` metrics).
 LOCAL_ACCESS_KEYS: Mapping[str, str] = {
     "admin": "local-stack",
     "trainer": "local-trainer",
@@ -65,6 +67,7 @@ LOCAL_ACCESS_KEYS: Mapping[str, str] = {
     "finisher": "local-finisher",
     "sweeper": "local-sweeper",
     "agent": "local-agent",
+    "lambda": "local-lambda-service",
 }
 # Dummy credentials: moto accepts any, and they keep boto3 from looking for real ones.
 DUMMY_CREDENTIALS: Mapping[str, str] = {
@@ -393,6 +396,10 @@ def forbid_missing_keys(listers: frozenset[str] = frozenset({LOCAL_ACCESS_KEYS["
 if __name__ == "__main__":
     from moto.server import main
 
+    from local_stack.call_log import CallLog, record_moto_calls
+
+    if (call_log := CallLog.from_env()) is not None:
+        record_moto_calls(call_log)
     report_eventbridge_switch()
     serialize_dynamodb()
     copy_only_touched_items()

@@ -9,10 +9,13 @@ Processes, each on 127.0.0.1 with a port the OS chose, logs under the run direct
 - ``emulator``: the ACR emulator hosting the caller's agent (``agent_command``, or a
   :class:`~local_stack.hosting.LocalAgent`'s :meth:`~local_stack.hosting.LocalAgent.settings`), one runtime per
   experiment;
-- ``worker-<exp>`` (finisher and sweeper), ``worker-<exp>-dispatcher-<i>`` and ``worker-<exp>-finisher-<i>``
-  (from 1, when ``finisher_environments`` > 1): the local Lambda workers of
-  each experiment (:mod:`local_stack.worker`), one process per execution environment, each under a
-  supervisor (:mod:`local_stack.supervisor`) that starts a new one when it dies, as Lambda does.
+- ``worker-<exp>`` (finisher), ``worker-<exp>-sweeper``, ``worker-<exp>-dispatcher-<i>`` and
+  ``worker-<exp>-finisher-<i>`` (from 1, when ``finisher_environments`` > 1): the local Lambda workers of
+  each experiment (:mod:`local_stack.worker`), one process per execution environment signing with its function's
+  key, each under a supervisor (:mod:`local_stack.supervisor`) that starts a new one when it dies, as Lambda does.
+
+With ``record_calls``, the moto server and the emulator record every AWS call by whose key signed it
+(:mod:`local_stack.call_log`); :meth:`LocalStack.recorded_calls` reads them.
 
 ``stop()`` (also on Ctrl-C inside ``with LocalStack(...)``) stops them in reverse order, each with its
 process group, so agent processes started by the emulator go too. One stack per run directory
@@ -31,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from local_stack._process import LOCALHOST, ManagedProcess, http_ready
+from local_stack.call_log import CALL_LOG_ENV, RecordedCall, read_calls
 from local_stack.gateway import gateway_process
 from local_stack.hosting import DEFAULT_AGENT_NAME, validate_agent_name
 from local_stack.model_endpoint import EndpointSettings
@@ -97,10 +101,9 @@ class StackSettings:
         handlers: dotted handler paths per role (``dispatcher``, ``finisher``, ``sweeper``).
         dispatcher_environments: dispatcher worker processes per experiment. Each is one Lambda execution
             environment (one invocation at a time, batch records handled in parallel inside it), like
-            the dispatcher's concurrency in AWS; the finisher and sweeper share one more process.
-        finisher_environments: finisher execution environments per experiment: the one shared with the sweeper
-            and ``finisher_environments - 1`` processes of their own (Lambda runs up to five finisher
-            batches at once from the start, and frees a session slot per result).
+            the dispatcher's concurrency in AWS; the finisher and the sweeper have a process each.
+        finisher_environments: finisher execution environments (processes) per experiment (Lambda runs up to
+            five finisher batches at once from the start, and frees a session slot per result).
         sweep_interval_s: seconds between sweeper runs.
         extra_pythonpath: directories prepended to the workers' ``PYTHONPATH`` (for test handlers).
         ready_timeout_s: how long each process may take to become ready.
@@ -109,6 +112,7 @@ class StackSettings:
         runtime_options: more ``RuntimeConfig`` fields for every runtime of the emulator (``invoke_tps``,
             ``warm_pool_size``, ``preload``, ``idle_timeout_s``, ``cold_start_delay``, ...).
         emulator_options: more ``EmulatorConfig`` fields (``max_active_sessions``, ...).
+        record_calls: record every AWS call of every component (:meth:`LocalStack.recorded_calls`).
     """
 
     run_dir: Path = DEFAULT_RUN_DIR
@@ -135,6 +139,7 @@ class StackSettings:
     session_budget: int | None = None
     runtime_options: Mapping[str, Any] = field(default_factory=dict)
     emulator_options: Mapping[str, Any] = field(default_factory=dict)
+    record_calls: bool = False
 
     def __post_init__(self) -> None:
         # Paths may come as str or any os.PathLike.
@@ -236,7 +241,7 @@ class LocalStack:
             # Everything talks over 127.0.0.1: keep any configured HTTP proxy out of it.
             "NO_PROXY": _no_proxy(LOCALHOST, os.environ.get("NO_PROXY")),
         }
-        moto = self._launch(moto_process(self.run_dir / "moto.log", base_env))
+        moto = self._launch(moto_process(self.run_dir / "moto.log", {**base_env, **self._call_log_env("moto")}))
         self.moto_url = moto_url = moto.url
         if moto_url is None:
             raise RuntimeError("the moto server process has no URL")
@@ -264,7 +269,8 @@ class LocalStack:
         if s.workers:
             child_env["PYTHONPATH"] = os.pathsep.join([*map(str, s.extra_pythonpath), base_env["PYTHONPATH"]])
             for exp_id in s.experiments:
-                self._launch(self._worker_process(exp_id, child_env, f"worker-{exp_id}", ("finisher", "sweeper")))
+                self._launch(self._worker_process(exp_id, child_env, f"worker-{exp_id}", ("finisher",)))
+                self._launch(self._worker_process(exp_id, child_env, f"worker-{exp_id}-sweeper", ("sweeper",)))
                 for index in range(s.dispatcher_environments):
                     name = f"worker-{exp_id}-dispatcher-{index}"
                     self._launch(self._worker_process(exp_id, child_env, name, ("dispatcher",)))
@@ -336,7 +342,7 @@ class LocalStack:
                 "INFO",
             ],
             log_path=log_path,
-            env=dict(base_env),
+            env={**base_env, **self._call_log_env("emulator")},
             cwd=PROJECT_ROOT,
         )
 
@@ -392,6 +398,18 @@ class LocalStack:
             cwd=PROJECT_ROOT,
             ready=ready_file.exists,
         )
+
+    def _call_log_env(self, server: str) -> dict[str, str]:
+        """The variable that makes ``server`` record its calls (a fresh file), when ``record_calls`` is on."""
+        if not self.settings.record_calls:
+            return {}
+        path = self.run_dir / f"calls-{server}.jsonl"
+        path.unlink(missing_ok=True)
+        return {CALL_LOG_ENV: str(path)}
+
+    def recorded_calls(self) -> list[RecordedCall]:
+        """Every AWS call recorded so far (``record_calls``): the moto server's, then the emulator's."""
+        return read_calls(self.run_dir / f"calls-{server}.jsonl" for server in ("moto", "emulator"))
 
     def worker_pid_file(self, name: str) -> Path:
         """Where the supervisor of worker ``name`` writes its current worker's pid (the execution environment)."""

@@ -17,8 +17,9 @@ raised) to CloudWatch's ``AWS/Lambda`` namespace, keyed by ``FunctionName``, eve
 published: a local function has a fixed number of execution environments and never throttles.
 
 Differences from Lambda: a function's timeout is reported by ``get_remaining_time_in_millis`` but not
-enforced (a thread cannot be killed), and one process hosts all three functions, so they share module
-state the way warm invocations of one function would.
+enforced (a thread cannot be killed), and one process can host several functions, which then share module
+state (and credentials) the way warm invocations of one function would; the local stack runs one function per
+process, each with its own key.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from typing import Any
 
 import boto3
 
-from local_stack.moto_server import LOCAL_ACCOUNT_ID
+from local_stack.moto_server import LOCAL_ACCOUNT_ID, credentials
 from rollout_contract.resources import PROJECT, ExperimentDescriptor, ExperimentResources, HandlerSettings
 
 __all__ = [
@@ -465,8 +466,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     except ValueError as exc:
         raise SystemExit(f"invalid worker settings: {exc}") from exc
     resources = ExperimentResources.for_experiment(args.exp)
-    session = boto3.session.Session()
-    ssm, sqs, cloudwatch = session.client("ssm"), session.client("sqs"), session.client("cloudwatch")
+    # The function's credentials (the environment's) poll its queue, as Lambda's poller uses the function's role;
+    # what the worker does in the Lambda service's place (settings, queue URL, AWS/Lambda metrics) has its own key.
+    sqs = boto3.session.Session().client("sqs")
+    keys = credentials("lambda")
+    service = boto3.session.Session(
+        aws_access_key_id=keys["AWS_ACCESS_KEY_ID"], aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"]
+    )
+    ssm, cloudwatch = service.client("ssm"), service.client("cloudwatch")
     descriptor = ExperimentDescriptor.model_validate_json(
         ssm.get_parameter(Name=resources.descriptor_parameter)["Parameter"]["Value"]
     )
@@ -509,7 +516,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             dispatcher, descriptor.dispatch_queue_url, concurrency=settings.dispatcher_concurrency
         )
     if finisher := function("finisher"):
-        finisher_url = sqs.get_queue_url(QueueName=resources.finisher_queue.name)["QueueUrl"]
+        finisher_url = service.client("sqs").get_queue_url(QueueName=resources.finisher_queue.name)["QueueUrl"]
         worker.add_queue_function(finisher, finisher_url, concurrency=settings.finisher_concurrency)
     if sweeper := function("sweeper"):
         rule_arn = f"arn:aws:events:{descriptor.region}:{account}:rule/{PROJECT}-{descriptor.exp_id}-sweeper"

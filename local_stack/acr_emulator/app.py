@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from local_stack.acr_emulator.errors import EmulatorError, InvalidRequestError, NotFoundError, RuntimeClientError
 from local_stack.acr_emulator.sessions import Session, SessionManager
+from local_stack.call_log import CallLog, RecordingMiddleware
 from rollout_contract.ids import SESSION_ID_MAX_LENGTH, SESSION_ID_MIN_LENGTH
 from rollout_contract.protocol import (
     CUSTOM_HEADER_PREFIX,
@@ -129,6 +130,8 @@ def create_app(config: EmulatorConfig) -> Starlette:
         lifespan=lifespan,
     )
     app.state.manager = manager
+    if (call_log := CallLog.from_env()) is not None:
+        app.add_middleware(RecordingMiddleware, log=call_log)
     return app
 
 
