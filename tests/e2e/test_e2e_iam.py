@@ -3,10 +3,10 @@
 One stack records every call by whose key signed it (``StackSettings(record_calls=True)``) while the test drives
 every component as a user would: rollouts that succeed, fail, time out, are cancelled, carry a payload too big
 for a message and for the runtime; an unreadable dispatch message; a second trainer attaching; ``rollouts status``,
-``results``, ``sessions --queued`` and ``doctor`` with a canary. The CDK app is synthesized meanwhile, for the local account and region.
-Then both directions: every recorded call is allowed by its role (and not denied by the bucket's or queue's
-policy), and every grant (action and resource of an ``Allow`` statement) allowed some call, or is listed in
-:data:`NOT_RECORDED` with why the local twin cannot show it.
+``results``, ``sessions --queued`` and ``doctor`` with a canary. The CDK app is synthesized meanwhile, for the
+local account and region. Then both directions: every recorded call is allowed by its role (and not denied by
+the bucket's or queue's policy), and every grant (action and resource of an ``Allow`` statement) allowed some
+call, or is listed in :data:`NOT_RECORDED` with why the local twin cannot show it.
 """
 
 from __future__ import annotations
