@@ -1,0 +1,141 @@
+"""Each example's Dockerfile makes an image ACR can run: ARM64, port 8080, not root, and what its CMD imports inside.
+
+No Docker here: the file is read, and the modules its CMD runs are followed import by import: a module of this
+repository must be in a COPY'd folder, any other must be installed by the extras its ``pip install`` names
+(checked against the installed distributions' metadata), or be in the standard library.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import json
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).parents[2]
+DOCKERFILES = sorted((ROOT / "examples").glob("*/Dockerfile"))
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _instructions(path: Path) -> list[tuple[str, str]]:
+    """``(INSTRUCTION, arguments)`` in order, continuation lines joined, comments dropped."""
+    lines = [line for line in path.read_text().splitlines() if not line.lstrip().startswith("#")]
+    joined = re.sub(r"\\\n\s*", " ", "\n".join(lines))
+    return [
+        (word.upper(), rest.strip())
+        for word, _, rest in (line.strip().partition(" ") for line in joined.splitlines())
+        if word
+    ]
+
+
+def _installed(extras: list[str]) -> set[str]:
+    """The distributions ``pip install ".[extras]"`` of this project installs, by canonical name."""
+    names: set[str] = set()
+    pending = [Requirement(text) for text in PROJECT["dependencies"]]
+    for extra in extras:
+        pending += [Requirement(text) for text in PROJECT["optional-dependencies"][extra]]
+    while pending:
+        requirement = pending.pop()
+        name = canonicalize_name(requirement.name)
+        if name == canonicalize_name(PROJECT["name"]):
+            pending += [Requirement(t) for extra in requirement.extras for t in PROJECT["optional-dependencies"][extra]]
+            continue
+        if name in names:
+            continue
+        names.add(name)
+        for text in importlib.metadata.requires(requirement.name) or []:
+            needed = Requirement(text)
+            wanted = [""] + sorted(requirement.extras)
+            if needed.marker is None or any(needed.marker.evaluate({"extra": extra}) for extra in wanted):
+                pending.append(needed)
+    return names
+
+
+def _module_file(module: str) -> Path | None:
+    base = ROOT.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """Absolute names of the modules ``path`` imports, outside ``if TYPE_CHECKING:`` blocks."""
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+        for statement in block.body
+        for node in ast.walk(statement)
+    }
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]) if node.level else ""
+            name = ".".join(part for part in (base, node.module or "") if part)
+            found.add(name)
+            found.update(f"{name}.{alias.name}" for alias in node.names)  # a submodule, when it is one
+    return found
+
+
+def _reached(script: Path) -> tuple[set[str], set[str]]:
+    """Top-level names of the first-party packages and of the other modules running ``script`` imports."""
+    first_party: set[str] = set()
+    others: set[str] = set()
+    pending = [(script, ".".join(script.relative_to(ROOT).with_suffix("").parts))]
+    seen: set[Path] = set()
+    while pending:
+        path, module = pending.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for name in _imports(path, module):
+            top = name.partition(".")[0]
+            if top == "__future__" or top in sys.stdlib_module_names:
+                continue
+            parts = name.split(".")
+            files = [_module_file(".".join(parts[:i])) for i in range(1, len(parts) + 1)]
+            if files[0] is None and not (ROOT / top).is_dir():
+                others.add(top)
+                continue
+            first_party.add(top)
+            pending += [(file, ".".join(parts[:i])) for i, file in enumerate(files, 1) if file is not None]
+    return first_party, others
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=[path.parent.name for path in DOCKERFILES])
+def test_the_example_image_runs_on_acr_and_holds_what_its_command_imports(dockerfile: Path) -> None:
+    steps = _instructions(dockerfile)
+    arguments = {word: [rest for w, rest in steps if w == word] for word, _ in steps}
+    # ARM64 (ACR runs arm64 images), port 8080, not root
+    assert all("--platform=linux/arm64" in line for line in arguments["FROM"])
+    assert arguments["EXPOSE"] == ["8080"] and any("PORT=8080" in line for line in arguments["ENV"])
+    assert arguments["USER"] and arguments["USER"][-1] not in ("root", "0")
+    # the command runs a file of the repository that the image copies
+    command = json.loads(arguments["CMD"][-1])
+    assert command[0] == "python" and (ROOT / command[1]).is_file()
+    copied = {rest.split()[0].rstrip("/") for rest in arguments["COPY"]}
+    assert all((ROOT / source).exists() for source in copied if source != "pyproject.toml")
+    # what it imports: this repository's packages are copied, everything else is installed by the named extras
+    (install,) = [line for line in arguments["RUN"] if "pip install" in line]
+    extras = re.search(r'"\.\[([a-z,]+)\]"', install)
+    assert extras is not None, install
+    first_party, others = _reached(ROOT / command[1])
+    assert command[1].split("/")[0] in copied and first_party <= copied, first_party - copied
+    installed = _installed(extras.group(1).split(","))
+    providers = importlib.metadata.packages_distributions()
+    missing = {name for name in others if not {canonicalize_name(d) for d in providers.get(name, [])} & installed}
+    assert not missing, f"{dockerfile.relative_to(ROOT)} runs code importing {sorted(missing)}, not installed"
