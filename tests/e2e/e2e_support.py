@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from local_stack.stack import LocalStack, StackSettings
+from local_stack.stack import PROJECT_ROOT, LocalStack, StackSettings
 from trainer_client import PollSettings, RolloutClient
 
 HERE = Path(__file__).parent
@@ -78,3 +79,28 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = 20.0) -> bool:
             return True
         time.sleep(0.2)
     return condition()
+
+
+def run_doc_block(doc: Path, name: str, cwd: Path, timeout_s: float = 900) -> subprocess.CompletedProcess[str]:
+    """Run the bash block after ``<!-- test: NAME -->`` in ``doc`` as written, stopping at its first failing command.
+
+    It runs in ``cwd`` laid out as the repository root (``.venv`` and ``examples`` linked there) with no ``AWS_*``
+    variables of ours; a local stack it left up is stopped afterwards.
+    """
+    found = re.search(rf"<!-- test: {name} -->\n```bash\n(.*?)```", doc.read_text(), re.DOTALL)
+    assert found is not None, f"{doc.relative_to(PROJECT_ROOT)} lost its tested block {name!r}"
+    for link in (".venv", "examples"):
+        (cwd / link).symlink_to(PROJECT_ROOT / link)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    try:
+        return subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", found.group(1)],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    finally:
+        subprocess.run([".venv/bin/rollouts", "local", "down"], cwd=cwd, env=env, capture_output=True, check=False)

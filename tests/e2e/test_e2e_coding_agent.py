@@ -1,4 +1,5 @@
-"""The coding agent through the whole local stack, hosted by ``rollouts demo --agent`` as its README says."""
+"""The coding agent through the whole local stack, as its README runs it: ``rollouts demo --agent``, and
+``rollouts local up --agent`` + ``rollouts eval`` as a run of an experiment."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from e2e_support import run_doc_block
 
 from local_stack.stack import PROJECT_ROOT
 from trainer_client._cli import main
@@ -41,3 +43,17 @@ def test_the_readme_demo_runs_the_coding_agent_in_its_sandbox_and_scores_it_by_i
     assert len({result["rewards"] for result in results}) > 1
     out = capsys.readouterr().out
     assert "rollouts        6 (succeeded 6)" in out and "GRPO groups     3 kept" in out
+
+
+def test_the_readme_local_up_block_evaluates_the_tasks_as_a_run_on_the_hosted_agent(tmp_path: Path) -> None:
+    # GIVEN the README's `local up --agent` + `eval` block, from a directory laid out as the repository root
+    # WHEN it runs as written
+    done = run_doc_block(EXAMPLE / "README.md", "coding-local-up", tmp_path)
+    # THEN every command succeeded and the 8 tasks x 2 samples ran as run 'stand-in-1' of experiment 'coding'
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    records = [json.loads(line) for line in (tmp_path / "coding-stand-in-1.jsonl").read_text().splitlines()]
+    assert len(records) == 16 and all(r["status"] == "succeeded" for r in records)
+    assert all(r["result"]["result_key"].startswith(f"coding/stand-in-1/{r['input_id']}/") for r in records)
+    # AND each reward is the fraction of its task's tests passed, with the stand-in's spread across samples
+    assert all(r["reward"] == r["result"]["tests_passed"] / r["result"]["tests_total"] for r in records)
+    assert len({r["reward"] for r in records}) > 1

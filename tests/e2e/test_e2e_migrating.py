@@ -5,12 +5,10 @@ ART's evaluation script after its move as a run of the experiment, and the run's
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
 from pathlib import Path
 
 import pytest
+from e2e_support import run_doc_block
 
 from local_stack.stack import PROJECT_ROOT
 
@@ -20,30 +18,10 @@ GUIDE = PROJECT_ROOT / "docs" / "migrating.md"
 ADOPTED_ARN = "arn:aws:bedrock-agentcore:us-east-1:000000000000:runtime/strands_math_agent_rl-Ab12Cd34Ef"
 
 
-def _block(name: str) -> str:
-    found = re.search(rf"<!-- test: {name} -->\n```bash\n(.*?)```", GUIDE.read_text(), re.DOTALL)
-    assert found is not None, f"docs/migrating.md lost its tested block {name!r}"
-    return found.group(1)
-
-
 def test_the_art_guides_local_steps_run_as_written(tmp_path: Path) -> None:
     # GIVEN a working directory laid out as the repository root (the page's commands are relative to it)
-    for name in (".venv", "examples"):
-        (tmp_path / name).symlink_to(PROJECT_ROOT / name)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     # WHEN the page's block runs in bash, stopping at the first failing command
-    try:
-        done = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", _block("from-art-local")],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=False,
-        )
-    finally:
-        subprocess.run([".venv/bin/rollouts", "local", "down"], cwd=tmp_path, env=env, capture_output=True, check=False)
+    done = run_doc_block(GUIDE, "from-art-local", tmp_path)
     report = done.stdout + done.stderr[-3000:]
     # THEN every command succeeded
     assert done.returncode == 0, report
