@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import datetime
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -81,7 +82,8 @@ FIDELITY_PROBES = (
 
 
 def outcome(payload: dict[str, Any]) -> Any:
-    """What the handler of ``payload["case"]`` returns (or raises)."""
+    """What the handler of ``payload["case"]`` returns (or raises), after ``payload["sleep_s"]`` seconds (0)."""
+    time.sleep(float(payload.get("sleep_s", 0)))
     return CASES[payload["case"]]()
 
 
