@@ -45,7 +45,7 @@ DIFFERENCES = {
     "AsyncBatchResult()": "constructors are not ART's",
     "BatchItem()": "constructors are not ART's",
 }
-SNAPSHOT = {"invocation_id": "inv-1", "status": "failed", "error": "boom"}
+SNAPSHOT: Any = {"invocation_id": "inv-1", "status": "failed", "error": "boom"}
 
 
 @pytest.fixture
