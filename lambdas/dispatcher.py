@@ -40,6 +40,7 @@ from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
 from lambdas._batch import ConcurrentBatchProcessor, handle_sqs_batch
+from lambdas.conditional import error_code
 from lambdas.exceptions import AcrCallError, FinalAcrError, NoTokenError, RequeueError, RetryableAcrError
 from lambdas.finishing import stop_session
 from lambdas.ledger import Admission, Recorded
@@ -191,9 +192,16 @@ def _start(request: DispatchRequest, *, owner: str, lease_until: float, slots: _
         try:
             slots.before_admission()
         except RequeueError:
-            rt.ledger.record_queued(request)
+            _record_queued(request, rt)
             raise
-        started = rt.ledger.start(request, owner=owner, lease_until=lease_until)
+        started = rt.ledger.start(
+            request.key,
+            submitted_at=request.submitted_at,
+            deadline_at=request.deadline_at,
+            trainer=request.trainer,
+            owner=owner,
+            lease_until=lease_until,
+        )
         if started.admission is not Admission.NO_SLOT:
             return started
         slots.seen_taken = True
@@ -209,7 +217,13 @@ def _record(request: DispatchRequest, receive_count: int, rt: Runtime) -> Record
         record = rt.ledger.get(request.session_id)
         if record is not None:
             return Recorded(record, new=False)
-    return rt.ledger.record_queued(request)
+    return _record_queued(request, rt)
+
+
+def _record_queued(request: DispatchRequest, rt: Runtime) -> Recorded:
+    return rt.ledger.record_queued(
+        request.key, submitted_at=request.submitted_at, deadline_at=request.deadline_at, trainer=request.trainer
+    )
 
 
 class _SlotWait:
@@ -247,7 +261,9 @@ def _admit(
     if record.state is SessionState.QUEUED:
         while True:
             slots.before_admission()
-            admission = rt.ledger.admit(record, owner=owner, lease_until=lease_until)
+            admission = rt.ledger.admit(
+                record.session_id, attempts_seen=record.attempts, owner=owner, lease_until=lease_until
+            )
             if admission is Admission.ADMITTED:
                 return record.attempts + 1
             if admission is Admission.STATE_CHANGED:
@@ -367,7 +383,7 @@ def _payload(request: DispatchRequest, rt: Runtime) -> dict[str, Any]:
 
 def _payload_error(request: DispatchRequest, exc: ClientError | ValueError, rt: Runtime) -> ErrorInfo:
     if isinstance(exc, ClientError):
-        code = exc.response.get("Error", {}).get("Code", "")
+        code = error_code(exc)
         # A missing key is 403 to a caller that may not list the whole bucket: a list of the key settles it.
         missing = code in _NOT_FOUND or (code in _DENIED and not rt.store.exists(str(request.payload_ref)))
         if not missing:

@@ -1,5 +1,7 @@
 """The sessions table and the account's session-slot count, changed together or not at all.
 
+Every write that moves a rollout between states is one row of the lifecycle table
+(``rollout_contract.lifecycle``): its condition, its new state and its slot mark are built from that row.
 A rollout holds a slot exactly while its item carries ``inflight``. Every change that adds or removes
 ``inflight`` is one DynamoDB transaction with the matching change to the slot count in the budget table
 (``total`` and the experiment's ``held#<exp_id>``), conditioned on the item's state, so a slot is taken
@@ -17,6 +19,7 @@ finish) besides the invoke budget's tokens.
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from botocore.exceptions import ClientError
 
+from lambdas.conditional import CONDITION_FAILED, conditional_write, error_code, n, s
 from lambdas.observability import logger
 from rollout_contract.budgets import (
     ATTR_TOTAL,
@@ -32,6 +36,17 @@ from rollout_contract.budgets import (
     SESSION_BUDGET_ID,
     held_attribute,
     seen_attribute,
+)
+from rollout_contract.lifecycle import (
+    ADMIT,
+    FINISH,
+    FINISH_UNSTARTED,
+    MARK_RUNNING,
+    RECORD_QUEUED,
+    RELEASE_TO_QUEUED,
+    START,
+    TAKE_OVER,
+    Move,
 )
 from rollout_contract.resources import BUDGET_PARTITION_KEY, INFLIGHT_INDEX, SESSIONS_PARTITION_KEY, TTL_ATTRIBUTE
 from rollout_contract.results import Status
@@ -59,13 +74,11 @@ if TYPE_CHECKING:
     from botocore.client import BaseClient
 
     from rollout_contract.keys import ResultKey
-    from rollout_contract.messages import DispatchRequest
 
 #: How long a sessions-table item outlives its deadline or its end (TTL), in seconds.
 RECORD_TTL_S = 7 * 24 * 3600
 #: An experiment whose sweeper has not run for this long is gone; its slot count is dropped.
 STALE_EXPERIMENT_S = 15 * 60
-_CONDITION_FAILED = "ConditionalCheckFailedException"
 _TXN_CANCELLED = "TransactionCanceledException"
 _REASON_CONDITION = "ConditionalCheckFailed"
 _REASON_CONFLICT = "TransactionConflict"
@@ -157,46 +170,52 @@ class Ledger:
         item = self._dynamodb.get_item(TableName=self._sessions, Key=_key(session_id), ConsistentRead=True).get("Item")
         return _record_or_none(item)
 
-    def record_queued(self, request: DispatchRequest) -> Recorded:
+    def record_queued(
+        self, key: ResultKey, *, submitted_at: float, deadline_at: float, trainer: str | None = None
+    ) -> Recorded:
         """Record a rollout as ``queued`` unless a start recorded it before; return its item either way.
 
-        One conditional write: its item on success is the one written, on failure the one that was there.
+        ``deadline_at`` is the latest deadline (start limit + timeout) until :meth:`mark_running` sets the real
+        one. One conditional write: its item on success is the one written, on failure the one that was there.
         """
-        queued = {ATTR_STATE: _s(SessionState.QUEUED), ATTR_ATTEMPTS: _n(0)}
-        update = _create(self._sessions, request, queued, absent=(ATTR_STATE,))
+        update = self._create(RECORD_QUEUED, key, submitted_at, deadline_at, trainer, attempts=0)
         try:
             response = self._dynamodb.update_item(
                 **update, ReturnValues="ALL_OLD", ReturnValuesOnConditionCheckFailure="ALL_OLD"
             )
         except ClientError as exc:
-            if exc.response["Error"]["Code"] != _CONDITION_FAILED:
+            if error_code(exc) != CONDITION_FAILED:
                 raise
             return Recorded(SessionRecord.from_item(exc.response["Item"]), new=False)
         record = SessionRecord(
-            session_id=request.session_id,
+            session_id=key.session_id,
             state=SessionState.QUEUED,
-            exp_id=request.exp_id,
-            input_id=request.input_id,
-            submitted_at=request.submitted_at,
-            deadline_at=request.deadline_at,
+            exp_id=key.exp_id,
+            input_id=key.input_id,
+            submitted_at=submitted_at,
+            deadline_at=deadline_at,
         )
         return Recorded(record, new="Attributes" not in response)
 
-    def start(self, request: DispatchRequest, *, owner: str, lease_until: float) -> Started:
+    def start(
+        self,
+        key: ResultKey,
+        *,
+        submitted_at: float,
+        deadline_at: float,
+        trainer: str | None = None,
+        owner: str,
+        lease_until: float,
+    ) -> Started:
         """Record a rollout no start or cancel has seen as ``admitted`` (attempt 1) and take its slot, at once.
 
         One transaction: the first receive of a start message needs no ``queued`` write and no separate
         admission. The item is created only if there was none (not even a cancel's mark), so a rollout
         this call admits has no result yet. Nothing is written when the slot count is full or an item exists.
         """
-        admitted = {
-            ATTR_STATE: _s(SessionState.ADMITTED),
-            ATTR_ATTEMPTS: _n(1),
-            ATTR_INFLIGHT: _s(INFLIGHT_MARK),
-            ATTR_LEASE_OWNER: _s(owner),
-            ATTR_LEASE_UNTIL: _n(lease_until),
-        }
-        update = _create(self._sessions, request, admitted, absent=(ATTR_STATE, ATTR_CANCEL_REQUESTED_AT))
+        update = self._create(
+            START, key, submitted_at, deadline_at, trainer, attempts=1, owner=owner, lease_until=lease_until
+        )
         failed = self._transact({"Update": {**update, **_RETURN_OLD_ON_FAILURE}}, self._take_slot())
         if failed is None:
             return Started(Admission.ADMITTED)
@@ -214,10 +233,10 @@ class Ledger:
         no result exists (see ``sessions.ATTR_CANCEL_REQUESTED_AT``).
         """
         names = {"#cancel": ATTR_CANCEL_REQUESTED_AT, "#ttl": TTL_ATTRIBUTE}
-        values = {":at": _n(requested_at), ":ttl": _n(int(requested_at) + RECORD_TTL_S)}
+        values = {":at": n(requested_at), ":ttl": n(int(requested_at) + RECORD_TTL_S)}
         expression = "SET #cancel = if_not_exists(#cancel, :at), #ttl = if_not_exists(#ttl, :ttl)"
         if trainer is not None:
-            names["#trainer"], values[":trainer"] = ATTR_TRAINER, _s(trainer)
+            names["#trainer"], values[":trainer"] = ATTR_TRAINER, s(trainer)
             expression += ", #trainer = if_not_exists(#trainer, :trainer)"
         response = self._dynamodb.update_item(
             TableName=self._sessions,
@@ -229,40 +248,24 @@ class Ledger:
         )
         return _record_or_none(response.get("Attributes"))
 
-    def admit(self, record: SessionRecord, *, owner: str, lease_until: float) -> Admission:
+    def admit(self, session_id: str, *, attempts_seen: int, owner: str, lease_until: float) -> Admission:
         """Take a session slot for a ``queued`` rollout, lease it to ``owner`` and count the attempt.
 
-        ``record`` is the item as last seen; its attempt count must be unchanged (else ``STATE_CHANGED``), so
-        the count :meth:`mark_running`'s caller works with (``record.attempts + 1``) is exact.
+        ``attempts_seen`` is the attempt count as last read; it must be unchanged (else ``STATE_CHANGED``), so
+        the count :meth:`mark_running`'s caller works with (``attempts_seen + 1``) is exact.
         """
-        failed = self._transact(
+        update = self._move(
+            ADMIT,
+            session_id,
+            {ATTR_LEASE_OWNER: ":owner", ATTR_LEASE_UNTIL: ":lease", ATTR_ATTEMPTS: ":attempts"},
             {
-                "Update": {
-                    "TableName": self._sessions,
-                    "Key": _key(record.session_id),
-                    "UpdateExpression": "SET #state = :admitted, #inflight = :mark, #owner = :owner, #lease = :lease, "
-                    "#attempts = :attempts",
-                    "ConditionExpression": "#state = :queued AND #attempts = :seen",
-                    "ExpressionAttributeNames": {
-                        "#state": ATTR_STATE,
-                        "#inflight": ATTR_INFLIGHT,
-                        "#owner": ATTR_LEASE_OWNER,
-                        "#lease": ATTR_LEASE_UNTIL,
-                        "#attempts": ATTR_ATTEMPTS,
-                    },
-                    "ExpressionAttributeValues": {
-                        ":admitted": _s(SessionState.ADMITTED),
-                        ":queued": _s(SessionState.QUEUED),
-                        ":mark": _s(INFLIGHT_MARK),
-                        ":owner": _s(owner),
-                        ":lease": _n(lease_until),
-                        ":seen": _n(record.attempts),
-                        ":attempts": _n(record.attempts + 1),
-                    },
-                }
+                ":owner": s(owner),
+                ":lease": n(lease_until),
+                ":seen": n(attempts_seen),
+                ":attempts": n(attempts_seen + 1),
             },
-            self._take_slot(),
         )
+        failed = self._transact({"Update": update}, self._take_slot())
         if failed is None:
             return Admission.ADMITTED
         if failed.reasons[0] == _REASON_CONDITION:
@@ -276,33 +279,20 @@ class Ledger:
 
         Returns the attempts so far, this one counted, or ``None`` when the rollout was not there to take.
         """
-        try:
-            response = self._dynamodb.update_item(
-                TableName=self._sessions,
-                Key=_key(session_id),
-                UpdateExpression="SET #owner = :owner, #lease = :lease ADD #attempts :one",
-                ConditionExpression="#state = :admitted AND #lease < :now AND #owner = :previous",
-                ExpressionAttributeNames={
-                    "#state": ATTR_STATE,
-                    "#owner": ATTR_LEASE_OWNER,
-                    "#lease": ATTR_LEASE_UNTIL,
-                    "#attempts": ATTR_ATTEMPTS,
-                },
-                ExpressionAttributeValues={
-                    ":owner": _s(owner),
-                    ":previous": _s(previous_owner or ""),
-                    ":lease": _n(lease_until),
-                    ":now": _n(now),
-                    ":one": _n(1),
-                    ":admitted": _s(SessionState.ADMITTED),
-                },
-                ReturnValues="UPDATED_NEW",
-            )
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] == _CONDITION_FAILED:
-                return None
-            raise
-        return int(response["Attributes"][ATTR_ATTEMPTS]["N"])
+        update = self._move(
+            TAKE_OVER,
+            session_id,
+            {ATTR_LEASE_OWNER: ":owner", ATTR_LEASE_UNTIL: ":lease", ATTR_ATTEMPTS: f"#{ATTR_ATTEMPTS} + :one"},
+            {
+                ":owner": s(owner),
+                ":previous": s(previous_owner or ""),
+                ":lease": n(lease_until),
+                ":now": n(now),
+                ":one": n(1),
+            },
+        )
+        written = conditional_write(self._dynamodb.update_item, **update, ReturnValues="UPDATED_NEW")
+        return int(written.response["Attributes"][ATTR_ATTEMPTS]["N"]) if written.ok else None
 
     def mark_running(self, session_id: str, *, owner: str, dispatched_at: float, deadline_at: float) -> bool:
         """Record that the invoke sent at ``dispatched_at`` succeeded; the rollout's timeout runs from there.
@@ -311,27 +301,14 @@ class Ledger:
         the invoke and this write leaves a rollout the sweeper still ends. ``False`` when the rollout ended
         meanwhile (cancel, deadline) or another dispatcher took it over.
         """
-        return self._conditional(
-            self._dynamodb.update_item,
-            TableName=self._sessions,
-            Key=_key(session_id),
-            UpdateExpression="SET #state = :running, #dispatched = :at, #deadline = :deadline REMOVE #owner, #lease",
-            ConditionExpression="#state = :admitted AND #owner = :owner",
-            ExpressionAttributeNames={
-                "#state": ATTR_STATE,
-                "#owner": ATTR_LEASE_OWNER,
-                "#lease": ATTR_LEASE_UNTIL,
-                "#dispatched": ATTR_DISPATCHED_AT,
-                "#deadline": ATTR_DEADLINE_AT,
-            },
-            ExpressionAttributeValues={
-                ":running": _s(SessionState.RUNNING),
-                ":admitted": _s(SessionState.ADMITTED),
-                ":owner": _s(owner),
-                ":at": _n(dispatched_at),
-                ":deadline": _n(deadline_at),
-            },
+        update = self._move(
+            MARK_RUNNING,
+            session_id,
+            {ATTR_DISPATCHED_AT: ":at", ATTR_DEADLINE_AT: ":deadline"},
+            {":owner": s(owner), ":at": n(dispatched_at), ":deadline": n(deadline_at)},
+            remove=(ATTR_LEASE_OWNER, ATTR_LEASE_UNTIL),
         )
+        return conditional_write(self._dynamodb.update_item, **update).ok
 
     def release_to_queued(self, session_id: str, *, owner: str, deadline_at: float, attempted: bool) -> bool:
         """Put an ``admitted`` rollout back to ``queued`` and free its slot; ``False`` if ``owner`` lost it.
@@ -340,35 +317,20 @@ class Ledger:
         timeout). ``attempted``: the invoke was sent (and failed); otherwise the attempt counted at
         admission is given back (no invoke slot came), so waiting for the budget never uses up attempts.
         """
-        session_update = {
-            "TableName": self._sessions,
-            "Key": _key(session_id),
-            "UpdateExpression": "SET #state = :queued, #deadline = :deadline, #attempts = #attempts - :refund "
-            "REMOVE #inflight, #owner, #lease",
-            "ConditionExpression": "#state = :admitted AND #owner = :owner AND attribute_exists(#inflight)",
-            "ExpressionAttributeNames": {
-                "#state": ATTR_STATE,
-                "#deadline": ATTR_DEADLINE_AT,
-                "#inflight": ATTR_INFLIGHT,
-                "#owner": ATTR_LEASE_OWNER,
-                "#lease": ATTR_LEASE_UNTIL,
-                "#attempts": ATTR_ATTEMPTS,
-            },
-            "ExpressionAttributeValues": {
-                ":queued": _s(SessionState.QUEUED),
-                ":deadline": _n(deadline_at),
-                ":admitted": _s(SessionState.ADMITTED),
-                ":owner": _s(owner),
-                ":refund": _n(0 if attempted else 1),
-            },
-        }
-        failed = self._transact({"Update": session_update}, self._free_slot())
+        update = self._move(
+            RELEASE_TO_QUEUED,
+            session_id,
+            {ATTR_DEADLINE_AT: ":deadline", ATTR_ATTEMPTS: f"#{ATTR_ATTEMPTS} - :refund"},
+            {":deadline": n(deadline_at), ":owner": s(owner), ":refund": n(0 if attempted else 1)},
+            remove=(ATTR_LEASE_OWNER, ATTR_LEASE_UNTIL),
+        )
+        failed = self._transact({"Update": update}, self._free_slot())
         if failed is None:
             return True
         if failed.reasons[0] == _REASON_CONDITION:
             return False
         self._warn_count_at_zero(session_id)
-        return self._conditional(self._dynamodb.update_item, **session_update)
+        return conditional_write(self._dynamodb.update_item, **update).ok
 
     def finish(self, key: ResultKey, *, status: Status, finished_at: float, holding: bool = True) -> Transition:
         """Mark a rollout finished with ``status`` and free its slot if it holds one (exactly once).
@@ -377,43 +339,25 @@ class Ledger:
             key: the rollout's result key.
             status: its terminal status.
             finished_at: when it ended (unix s).
-            holding: whether it is believed to hold a slot; only decides which transition is tried first.
+            holding: whether it is believed to hold a slot; only decides which move is tried first.
         """
+        assignments = {
+            ATTR_STATUS: ":status",
+            ATTR_FINISHED_AT: ":at",
+            ATTR_EXP_ID: ":exp",
+            ATTR_INPUT_ID: ":input",
+            TTL_ATTRIBUTE: ":ttl",
+        }
         values = {
-            ":finished": _s(SessionState.FINISHED),
-            ":status": _s(status),
-            ":at": _n(finished_at),
-            ":exp": _s(key.exp_id),
-            ":input": _s(key.input_id),
-            ":ttl": _n(int(finished_at) + RECORD_TTL_S),
+            ":status": s(status),
+            ":at": n(finished_at),
+            ":exp": s(key.exp_id),
+            ":input": s(key.input_id),
+            ":ttl": n(int(finished_at) + RECORD_TTL_S),
         }
-        names = {
-            "#state": ATTR_STATE,
-            "#status": ATTR_STATUS,
-            "#finished": ATTR_FINISHED_AT,
-            "#exp": ATTR_EXP_ID,
-            "#input": ATTR_INPUT_ID,
-            "#ttl": TTL_ATTRIBUTE,
-            "#inflight": ATTR_INFLIGHT,
-            "#owner": ATTR_LEASE_OWNER,
-            "#lease": ATTR_LEASE_UNTIL,
-        }
-        update = {
-            "TableName": self._sessions,
-            "Key": _key(key.session_id),
-            "UpdateExpression": (
-                "SET #state = :finished, #status = :status, #finished = :at, #exp = :exp, #input = :input, "
-                "#ttl = :ttl REMOVE #inflight, #owner, #lease"
-            ),
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": values,
-        }
-        holding_update = {**update, "ConditionExpression": "attribute_exists(#inflight)"}
-        not_holding = {
-            **update,
-            "ConditionExpression": "attribute_not_exists(#inflight) AND "
-            "(attribute_not_exists(#state) OR #state <> :finished)",
-        }
+        lease = (ATTR_LEASE_OWNER, ATTR_LEASE_UNTIL)
+        holding_update = self._move(FINISH, key.session_id, assignments, values, remove=lease)
+        unstarted_update = self._move(FINISH_UNSTARTED, key.session_id, assignments, values, remove=lease)
         try_holding = holding
         for _ in range(_FINISH_ROUNDS):
             if try_holding:
@@ -422,15 +366,15 @@ class Ledger:
                     return Transition.RELEASED
                 if failed.reasons[0] != _REASON_CONDITION:
                     self._warn_count_at_zero(key.session_id)
-                    if self._conditional(self._dynamodb.update_item, **holding_update):
+                    if conditional_write(self._dynamodb.update_item, **holding_update).ok:
                         return Transition.RELEASED
                     continue
                 if _is_finished(failed.items[0]):
                     return Transition.ALREADY_FINISHED
             try:
-                self._dynamodb.update_item(**not_holding, ReturnValuesOnConditionCheckFailure="ALL_OLD")
+                self._dynamodb.update_item(**unstarted_update, ReturnValuesOnConditionCheckFailure="ALL_OLD")
             except ClientError as exc:
-                if exc.response["Error"]["Code"] != _CONDITION_FAILED:
+                if error_code(exc) != CONDITION_FAILED:
                     raise
                 if _is_finished(exc.response.get("Item")):
                     return Transition.ALREADY_FINISHED
@@ -444,7 +388,7 @@ class Ledger:
         yield from self._query_inflight(
             KeyConditionExpression="#inflight = :mark AND #deadline < :now",
             ExpressionAttributeNames={"#inflight": INFLIGHT_INDEX.partition_key, "#deadline": INFLIGHT_INDEX.sort_key},
-            ExpressionAttributeValues={":mark": _s(INFLIGHT_MARK), ":now": _n(now)},
+            ExpressionAttributeValues={":mark": s(INFLIGHT_MARK), ":now": n(now)},
         )
 
     def count_inflight(self) -> int:
@@ -454,7 +398,7 @@ class Ledger:
             IndexName=INFLIGHT_INDEX.name,
             KeyConditionExpression="#inflight = :mark",
             ExpressionAttributeNames={"#inflight": INFLIGHT_INDEX.partition_key},
-            ExpressionAttributeValues={":mark": _s(INFLIGHT_MARK)},
+            ExpressionAttributeValues={":mark": s(INFLIGHT_MARK)},
             Select="COUNT",
         )
         return sum(page["Count"] for page in pages)
@@ -490,9 +434,9 @@ class Ledger:
                 others[exp_id] = int(value["N"])
         names = {"#total": ATTR_TOTAL, "#held": self._held, "#seen": seen_attribute(self._exp_id)}
         values = {
-            ":total": _n(inflight + sum(others.values())),
-            ":held": _n(inflight),
-            ":now": _n(now),
+            ":total": n(inflight + sum(others.values())),
+            ":held": n(inflight),
+            ":now": n(now),
         }
         conditions = [
             _unchanged(item, "#total", ATTR_TOTAL, ":old_total", values),
@@ -508,7 +452,7 @@ class Ledger:
         expression = "SET #total = :total, #held = :held, #seen = :now"
         if removals:
             expression += " REMOVE " + ", ".join(removals)
-        applied = self._conditional(
+        applied = conditional_write(
             self._dynamodb.update_item,
             TableName=self._budgets,
             Key=_budget_key(),
@@ -516,7 +460,7 @@ class Ledger:
             ConditionExpression=" AND ".join(conditions),
             ExpressionAttributeNames=names,
             ExpressionAttributeValues=values,
-        )
+        ).ok
         if applied and (inflight != held_before or stale):
             logger.warning(
                 "session slot count reconciled",
@@ -533,7 +477,7 @@ class Ledger:
                 "#held = if_not_exists(#held, :zero) + :one",
                 "ConditionExpression": "attribute_not_exists(#total) OR #total < :budget",
                 "ExpressionAttributeNames": {"#total": ATTR_TOTAL, "#held": self._held},
-                "ExpressionAttributeValues": {":zero": _n(0), ":one": _n(1), ":budget": _n(self._session_budget)},
+                "ExpressionAttributeValues": {":zero": n(0), ":one": n(1), ":budget": n(self._session_budget)},
             }
         }
 
@@ -545,9 +489,83 @@ class Ledger:
                 "UpdateExpression": "SET #total = #total - :one, #held = #held - :one",
                 "ConditionExpression": "#total > :zero AND #held > :zero",
                 "ExpressionAttributeNames": {"#total": ATTR_TOTAL, "#held": self._held},
-                "ExpressionAttributeValues": {":zero": _n(0), ":one": _n(1)},
+                "ExpressionAttributeValues": {":zero": n(0), ":one": n(1)},
             }
         }
+
+    def _move(
+        self,
+        move: Move,
+        session_id: str,
+        assignments: Mapping[str, str],
+        values: Mapping[str, Any],
+        *,
+        remove: tuple[str, ...] = (),
+    ) -> dict[str, Any]:
+        """The ``UpdateItem`` request of ``move``: its condition, its state and slot mark, then ``assignments``.
+
+        ``assignments`` maps attributes to what they are set to (``#name`` is attribute ``name``, ``:value`` one
+        of ``values``); ``remove`` lists attributes removed.
+        """
+        sets = {ATTR_STATE: f":{move.target}", **assignments}
+        removes = list(remove)
+        if move.slot > 0:
+            sets[ATTR_INFLIGHT] = ":inflight_mark"
+        elif move.slot < 0:
+            removes.insert(0, ATTR_INFLIGHT)
+        expression = "SET " + ", ".join(f"#{name} = {value}" for name, value in sets.items())
+        if removes:
+            expression += " REMOVE " + ", ".join(f"#{name}" for name in removes)
+        text = f"{expression} {move.condition}"
+        used = set(re.findall(r":\w+", text))
+        states = {f":{state}": s(state) for state in SessionState if f":{state}" in used}
+        marks = {":inflight_mark": s(INFLIGHT_MARK)} if ":inflight_mark" in used else {}
+        return {
+            "TableName": self._sessions,
+            "Key": _key(session_id),
+            "UpdateExpression": expression,
+            "ConditionExpression": move.condition,
+            "ExpressionAttributeNames": {f"#{name}": name for name in re.findall(r"#(\w+)", text)},
+            "ExpressionAttributeValues": {**values, **states, **marks},
+        }
+
+    def _create(
+        self,
+        move: Move,
+        key: ResultKey,
+        submitted_at: float,
+        deadline_at: float,
+        trainer: str | None,
+        *,
+        attempts: int,
+        owner: str | None = None,
+        lease_until: float | None = None,
+    ) -> dict[str, Any]:
+        """The request of a move that records a rollout: its ids, times, trainer and first attempt count."""
+        assignments = {
+            ATTR_EXP_ID: ":exp",
+            ATTR_INPUT_ID: ":input",
+            ATTR_SUBMITTED_AT: ":submitted",
+            ATTR_DEADLINE_AT: ":deadline",
+            TTL_ATTRIBUTE: ":ttl",
+            ATTR_ATTEMPTS: ":attempts",
+        }
+        values = {
+            ":exp": s(key.exp_id),
+            ":input": s(key.input_id),
+            ":submitted": n(submitted_at),
+            ":deadline": n(deadline_at),
+            ":ttl": n(int(deadline_at) + RECORD_TTL_S),
+            ":attempts": n(attempts),
+        }
+        if owner is not None and lease_until is not None:
+            assignments |= {ATTR_LEASE_OWNER: ":owner", ATTR_LEASE_UNTIL: ":lease"}
+            values |= {":owner": s(owner), ":lease": n(lease_until)}
+        if trainer is not None:
+            # A trainer that attached the rollout before it was recorded (a resend) keeps it.
+            assignments[ATTR_TRAINER] = f"if_not_exists(#{ATTR_TRAINER}, :trainer)"
+            values[":trainer"] = s(trainer)
+        return self._move(move, key.session_id, assignments, values)
 
     def _budget_item(self) -> dict[str, Any]:
         return (
@@ -573,7 +591,7 @@ class Ledger:
                 self._dynamodb.transact_write_items(TransactItems=list(items))
                 return None
             except ClientError as exc:
-                if exc.response["Error"]["Code"] != _TXN_CANCELLED:
+                if error_code(exc) != _TXN_CANCELLED:
                     raise
                 cancellations = exc.response.get("CancellationReasons", [])
                 reasons = [reason.get("Code", "None") for reason in cancellations]
@@ -590,49 +608,6 @@ class Ledger:
             extra={"session_id": session_id},
         )
 
-    @staticmethod
-    def _conditional(call: Any, **request: Any) -> bool:
-        try:
-            call(**request)
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] == _CONDITION_FAILED:
-                return False
-            raise
-        return True
-
-
-def _create(
-    table: str, request: DispatchRequest, attributes: Mapping[str, Any], *, absent: tuple[str, ...]
-) -> dict[str, Any]:
-    """An ``UpdateItem`` request that writes a rollout's item with ``attributes`` if it has none of ``absent``."""
-    values = {
-        ATTR_EXP_ID: _s(request.exp_id),
-        ATTR_INPUT_ID: _s(request.input_id),
-        ATTR_SUBMITTED_AT: _n(request.submitted_at),
-        ATTR_DEADLINE_AT: _n(request.deadline_at),
-        TTL_ATTRIBUTE: _n(int(request.deadline_at) + RECORD_TTL_S),
-        **attributes,
-    }
-    if request.trainer is not None:
-        values[ATTR_TRAINER] = _s(request.trainer)
-    names = [*values, *(name for name in absent if name not in values)]
-    placeholders = {name: f"#a{index}" for index, name in enumerate(names)}
-    assignments = ", ".join(
-        # A trainer that attached the rollout before it was recorded (a resend) keeps it.
-        f"{placeholders[name]} = if_not_exists({placeholders[name]}, :a{index})"
-        if name == ATTR_TRAINER
-        else f"{placeholders[name]} = :a{index}"
-        for index, name in enumerate(values)
-    )
-    return {
-        "TableName": table,
-        "Key": _key(request.session_id),
-        "UpdateExpression": f"SET {assignments}",
-        "ConditionExpression": " AND ".join(f"attribute_not_exists({placeholders[name]})" for name in absent),
-        "ExpressionAttributeNames": {placeholder: name for name, placeholder in placeholders.items()},
-        "ExpressionAttributeValues": {f":a{index}": value for index, value in enumerate(values.values())},
-    }
-
 
 def _record_or_none(item: Mapping[str, Any] | None) -> SessionRecord | None:
     """The record of an item a start recorded; ``None`` for no item or a cancel's mark alone."""
@@ -640,7 +615,7 @@ def _record_or_none(item: Mapping[str, Any] | None) -> SessionRecord | None:
 
 
 def _is_finished(item: Mapping[str, Any] | None) -> bool:
-    return item is not None and item.get(ATTR_STATE) == _s(SessionState.FINISHED)
+    return item is not None and item.get(ATTR_STATE) == s(SessionState.FINISHED)
 
 
 def _unchanged(item: Mapping[str, Any], placeholder: str, name: str, value_name: str, values: dict[str, Any]) -> str:
@@ -655,16 +630,8 @@ def _count(item: Mapping[str, Any], name: str) -> int:
 
 
 def _key(session_id: str) -> dict[str, dict[str, str]]:
-    return {SESSIONS_PARTITION_KEY: _s(session_id)}
+    return {SESSIONS_PARTITION_KEY: s(session_id)}
 
 
 def _budget_key() -> dict[str, dict[str, str]]:
-    return {BUDGET_PARTITION_KEY: _s(SESSION_BUDGET_ID)}
-
-
-def _s(value: str) -> dict[str, str]:
-    return {"S": str(value)}
-
-
-def _n(value: float) -> dict[str, str]:
-    return {"N": repr(value) if isinstance(value, float) else str(value)}
+    return {BUDGET_PARTITION_KEY: s(SESSION_BUDGET_ID)}

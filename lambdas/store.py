@@ -5,16 +5,13 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from botocore.exceptions import ClientError
-
+from lambdas.conditional import PRECONDITION_FAILED, conditional_write
 from rollout_contract.results import RolloutResult
 
 if TYPE_CHECKING:
     from botocore.client import BaseClient
 
     from rollout_contract.keys import ResultKey
-
-_PRECONDITION_FAILED = "PreconditionFailed"
 
 
 class Stored(NamedTuple):
@@ -33,19 +30,16 @@ class ResultStore:
 
     def write_first(self, result: RolloutResult) -> Stored:
         """Write ``result`` unless a result exists already (first writer wins); return what is stored."""
-        try:
-            self._s3.put_object(
-                Bucket=self.bucket,
-                Key=result.result_key,
-                Body=result.to_json_bytes(),
-                ContentType="application/json",
-                IfNoneMatch="*",
-            )
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] != _PRECONDITION_FAILED:
-                raise
-            return Stored(self.read(result.key), written=False)
-        return Stored(result, written=True)
+        written = conditional_write(
+            self._s3.put_object,
+            failed=PRECONDITION_FAILED,
+            Bucket=self.bucket,
+            Key=result.result_key,
+            Body=result.to_json_bytes(),
+            ContentType="application/json",
+            IfNoneMatch="*",
+        )
+        return Stored(result, written=True) if written.ok else Stored(self.read(result.key), written=False)
 
     def read(self, key: ResultKey) -> RolloutResult:
         """Read a stored result (raises botocore's ``NoSuchKey`` when there is none)."""

@@ -35,8 +35,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from botocore.exceptions import ClientError
-
+from lambdas.conditional import conditional_write, n
 from lambdas.exceptions import NoTokenError
 from rollout_contract.budgets import ATTR_NEXT_AT, tps_budget_id
 from rollout_contract.resources import BUDGET_PARTITION_KEY, TTL_ATTRIBUTE
@@ -60,7 +59,6 @@ MAX_RUN = 10
 BUSY_MEMORY_S = 2.0
 #: How long a budget item outlives its last use (TTL), in seconds.
 ITEM_TTL_S = 24 * 3600
-_CONDITION_FAILED = "ConditionalCheckFailedException"
 _FORGET_WINDOW_S = 60.0
 #: Slot times are sums of floats: a horizon is met to within this.
 _ROUNDING_S = 1e-6
@@ -285,27 +283,25 @@ class TpsBudget:
         """
         seen = self._seen_next_at
         count = self._run_length(seen if seen is not None and seen >= earliest else earliest, horizon)
-        try:
-            response = self._dynamodb.update_item(
-                TableName=self._table,
-                Key=self._key,
-                UpdateExpression="SET #next = #next + :step, #ttl = :ttl",
-                ConditionExpression="#next BETWEEN :earliest AND :last_first",
-                ExpressionAttributeNames={"#next": ATTR_NEXT_AT, "#ttl": TTL_ATTRIBUTE},
-                ExpressionAttributeValues={
-                    ":step": _number(count * self.interval_s),
-                    ":earliest": _number(earliest),
-                    ":last_first": _number(horizon - (count - 1) * self.interval_s + _ROUNDING_S),
-                    ":ttl": _number(int(earliest) + ITEM_TTL_S),
-                },
-                ReturnValues="UPDATED_NEW",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] != _CONDITION_FAILED:
-                raise
-            return self._remember(exc.response.get("Item"))
-        next_at = self._remember(response["Attributes"])
+        written = conditional_write(
+            self._dynamodb.update_item,
+            TableName=self._table,
+            Key=self._key,
+            UpdateExpression="SET #next = #next + :step, #ttl = :ttl",
+            ConditionExpression="#next BETWEEN :earliest AND :last_first",
+            ExpressionAttributeNames={"#next": ATTR_NEXT_AT, "#ttl": TTL_ATTRIBUTE},
+            ExpressionAttributeValues={
+                ":step": n(count * self.interval_s),
+                ":earliest": n(earliest),
+                ":last_first": n(horizon - (count - 1) * self.interval_s + _ROUNDING_S),
+                ":ttl": n(int(earliest) + ITEM_TTL_S),
+            },
+            ReturnValues="UPDATED_NEW",
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+        if not written.ok:
+            return self._remember(written.response.get("Item"))
+        next_at = self._remember(written.response["Attributes"])
         self._hold([next_at - (count - index) * self.interval_s for index in range(count)])
         return None
 
@@ -316,24 +312,22 @@ class TpsBudget:
         # after ``earliest - interval``), so the run's later slots follow that virtual start.
         shift = self._idle_shift_s
         count = self._run_length(earliest + shift, horizon)
-        try:
-            self._dynamodb.update_item(
-                TableName=self._table,
-                Key=self._key,
-                UpdateExpression="SET #next = :next, #ttl = :ttl",
-                ConditionExpression="attribute_not_exists(#next) OR #next < :earliest",
-                ExpressionAttributeNames={"#next": ATTR_NEXT_AT, "#ttl": TTL_ATTRIBUTE},
-                ExpressionAttributeValues={
-                    ":next": _number(earliest + shift + count * self.interval_s),
-                    ":earliest": _number(earliest),
-                    ":ttl": _number(int(earliest) + ITEM_TTL_S),
-                },
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] != _CONDITION_FAILED:
-                raise
-            self._remember(exc.response.get("Item"))
+        written = conditional_write(
+            self._dynamodb.update_item,
+            TableName=self._table,
+            Key=self._key,
+            UpdateExpression="SET #next = :next, #ttl = :ttl",
+            ConditionExpression="attribute_not_exists(#next) OR #next < :earliest",
+            ExpressionAttributeNames={"#next": ATTR_NEXT_AT, "#ttl": TTL_ATTRIBUTE},
+            ExpressionAttributeValues={
+                ":next": n(earliest + shift + count * self.interval_s),
+                ":earliest": n(earliest),
+                ":ttl": n(int(earliest) + ITEM_TTL_S),
+            },
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+        if not written.ok:
+            self._remember(written.response.get("Item"))
             return False
         self._seen_next_at = earliest + shift + count * self.interval_s
         self._seen_at, self._seen_busy = earliest, False
@@ -377,7 +371,3 @@ class TpsBudget:
     def _guess_idle(self, now: float) -> bool:
         """Whether a budget whose ``next_at`` has passed is idle: it was idle when seen, or that was long ago."""
         return not self._seen_busy or now - self._seen_at > BUSY_MEMORY_S
-
-
-def _number(value: float) -> dict[str, str]:
-    return {"N": repr(float(value)) if isinstance(value, float) else str(value)}

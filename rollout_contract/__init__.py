@@ -10,6 +10,7 @@
 - ``resources``: resource names and shapes shared by the CDK app and the local stack.
 - ``naming``: how each AWS name is built from an experiment id, its limit, and the longest id they allow.
 - ``sessions``: the sessions-table item (attribute names, :class:`SessionState`).
+- ``lifecycle``: the table of a rollout's moves between states (who, when, condition, slot, result).
 
 Pure: no boto3, no I/O, nothing read from the environment at import.
 """

@@ -26,6 +26,7 @@ import pytest
 from moto import mock_aws
 
 from lambdas.acr import CLIENT_CONFIG
+from lambdas.ledger import Recorded
 from lambdas.observability import metrics
 from lambdas.runtime import AwsClients, Runtime, current_runtime
 from local_stack.moto_server import forbid_missing_keys
@@ -259,6 +260,12 @@ class Env:
         """A start message with a fresh session id (``fields`` override the defaults, payload included)."""
         values: dict[str, Any] = {"payload": {"prompt": "2+2"}, "exp_id": EXP_ID, **fields}
         return DispatchRequest(input_id="problem-1", session_id=str(uuid.uuid4()), timeout_s=timeout_s, **values)
+
+    def record_queued(self, request: DispatchRequest) -> Recorded:
+        """Record a start message's rollout ``queued``, as the dispatcher does."""
+        return self.rt.ledger.record_queued(
+            request.key, submitted_at=request.submitted_at, deadline_at=request.deadline_at, trainer=request.trainer
+        )
 
     def cancel_request(self, request: DispatchRequest) -> CancelRequest:
         return CancelRequest(exp_id=request.exp_id, input_id=request.input_id, session_id=request.session_id)

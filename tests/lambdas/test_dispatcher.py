@@ -87,8 +87,11 @@ def test_redelivered_dispatch_starts_no_second_rollout(env: Env) -> None:
 def test_crash_after_admission_then_redelivery_invokes_once_and_keeps_one_slot(env: Env) -> None:
     # GIVEN a dispatcher that recorded and admitted a rollout, then died before invoking (lease ran out)
     request = env.start_request()
-    queued = env.rt.ledger.record_queued(request).record
-    assert env.rt.ledger.admit(queued, owner="dead", lease_until=time.time() - 1) is Admission.ADMITTED
+    queued = env.record_queued(request).record
+    assert (
+        env.rt.ledger.admit(queued.session_id, attempts_seen=queued.attempts, owner="dead", lease_until=time.time() - 1)
+        is Admission.ADMITTED
+    )
 
     # WHEN the message is redelivered
     outcome = dispatch(request, receive_count=2, rt=env.rt)
@@ -102,7 +105,7 @@ def test_crash_after_admission_then_redelivery_invokes_once_and_keeps_one_slot(e
 def test_crash_after_recording_then_redelivery_invokes_once(env: Env) -> None:
     # GIVEN a dispatcher that only recorded the rollout before dying
     request = env.start_request()
-    env.rt.ledger.record_queued(request)
+    env.record_queued(request)
 
     # WHEN the message is redelivered, twice
     first = dispatch(request, receive_count=2, rt=env.rt)
@@ -116,8 +119,8 @@ def test_crash_after_recording_then_redelivery_invokes_once(env: Env) -> None:
 def test_copy_of_a_message_is_requeued_while_another_dispatcher_holds_the_lease(env: Env) -> None:
     # GIVEN a rollout admitted by a live dispatcher (lease in the future)
     request = env.start_request()
-    queued = env.rt.ledger.record_queued(request).record
-    env.rt.ledger.admit(queued, owner="alive", lease_until=time.time() + 60)
+    queued = env.record_queued(request).record
+    env.rt.ledger.admit(queued.session_id, attempts_seen=queued.attempts, owner="alive", lease_until=time.time() + 60)
 
     # WHEN a second copy of the message arrives
     with pytest.raises(RequeueError) as caught:
@@ -335,7 +338,7 @@ def test_time_waiting_for_capacity_does_not_spend_the_rollout_timeout(env: Env) 
 def test_invoke_racing_a_cancel_stops_the_session_it_started(env: Env) -> None:
     # GIVEN a rollout that the finisher finished (cancelled) while the dispatcher was invoking it
     request = env.start_request()
-    env.rt.ledger.record_queued(request)
+    env.record_queued(request)
     original_invoke = env.rt.acr.invoke
 
     def invoke_then_cancel(session_id: str, body: bytes, *, slot_start: float) -> None:

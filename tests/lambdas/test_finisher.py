@@ -158,7 +158,7 @@ def test_duplicate_events_change_nothing(env: Env, capsys: pytest.CaptureFixture
 def test_dispatch_failed_result_frees_the_slot_without_a_stop_call(env: Env) -> None:
     # GIVEN a rollout that holds a slot and ended as dispatch_failed
     request = env.start_request(payload=None, payload_ref=payload_ref_key(EXP_ID, "s" * 36))
-    env.rt.ledger.record_queued(request)
+    env.record_queued(request)
     assert dispatch(request, receive_count=1, rt=env.rt) is DispatchOutcome.FAILED
 
     # WHEN the finisher handles its event

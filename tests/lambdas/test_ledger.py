@@ -19,7 +19,7 @@ def test_recording_a_new_rollout_returns_the_item_it_wrote(env: Env, calls: Call
     request = env.start_request()
 
     # WHEN the rollout is recorded
-    record, new = env.rt.ledger.record_queued(request)
+    record, new = env.record_queued(request)
 
     # THEN one write created the item, and what it returns is what a read returns
     assert new
@@ -35,11 +35,14 @@ def test_recording_a_new_rollout_returns_the_item_it_wrote(env: Env, calls: Call
 def test_recording_a_rollout_again_returns_the_existing_item_unchanged(env: Env) -> None:
     # GIVEN a rollout that was recorded and admitted
     request = env.start_request()
-    queued = env.rt.ledger.record_queued(request).record
-    assert env.rt.ledger.admit(queued, owner="a", lease_until=time.time() + 60) is Admission.ADMITTED
+    queued = env.record_queued(request).record
+    assert (
+        env.rt.ledger.admit(queued.session_id, attempts_seen=queued.attempts, owner="a", lease_until=time.time() + 60)
+        is Admission.ADMITTED
+    )
 
     # WHEN it is recorded again (a redelivered message)
-    record, new = env.rt.ledger.record_queued(request)
+    record, new = env.record_queued(request)
 
     # THEN the write changed nothing and returned the admitted item
     assert not new
@@ -53,7 +56,7 @@ def test_recording_over_a_cancel_mark_records_the_rollout_but_is_not_new(env: En
     assert env.rt.ledger.mark_cancel_requested(request.session_id, requested_at=time.time()) is None
 
     # WHEN the start records it
-    record, new = env.rt.ledger.record_queued(request)
+    record, new = env.record_queued(request)
 
     # THEN the rollout is recorded in full, and the start is told a result may exist
     assert not new
@@ -64,7 +67,7 @@ def test_recording_over_a_cancel_mark_records_the_rollout_but_is_not_new(env: En
 def test_cancel_mark_returns_the_recorded_item(env: Env) -> None:
     # GIVEN a recorded rollout
     request = env.start_request()
-    env.rt.ledger.record_queued(request)
+    env.record_queued(request)
 
     # WHEN a cancel marks it
     record = env.rt.ledger.mark_cancel_requested(request.session_id, requested_at=time.time())
@@ -78,8 +81,8 @@ def test_cancel_mark_returns_the_recorded_item(env: Env) -> None:
 def test_finish_believed_not_holding_still_frees_the_slot_exactly_once(env: Env) -> None:
     # GIVEN an admitted rollout holding a slot
     request = env.start_request()
-    queued = env.rt.ledger.record_queued(request).record
-    env.rt.ledger.admit(queued, owner="a", lease_until=time.time() + 60)
+    queued = env.record_queued(request).record
+    env.rt.ledger.admit(queued.session_id, attempts_seen=queued.attempts, owner="a", lease_until=time.time() + 60)
 
     # WHEN it is finished by a caller that believes it holds none, then again
     first = env.rt.ledger.finish(request.key, status=Status.SUCCEEDED, finished_at=time.time(), holding=False)
@@ -93,7 +96,7 @@ def test_finish_believed_not_holding_still_frees_the_slot_exactly_once(env: Env)
 def test_finishing_a_finished_rollout_is_told_by_the_failed_write_not_a_read(env: Env, calls: CallCounter) -> None:
     # GIVEN a finished rollout
     request = env.start_request()
-    env.rt.ledger.record_queued(request)
+    env.record_queued(request)
     env.rt.ledger.finish(request.key, status=Status.CANCELLED, finished_at=time.time(), holding=False)
     calls.take()
 
@@ -141,11 +144,13 @@ def _ledger_over(env: Env, dynamodb: object) -> Ledger:
 def test_a_slot_transaction_that_conflicts_with_a_concurrent_one_is_retried(env: Env) -> None:
     # GIVEN a queued rollout and a budget item that two concurrent transactions touch first
     request = env.start_request()
-    queued = env.rt.ledger.record_queued(request).record
+    queued = env.record_queued(request).record
     dynamodb = _ConflictingDynamoDB(env.rt.clients.dynamodb, conflicts=2)
 
     # WHEN the dispatcher asks for a slot
-    admission = _ledger_over(env, dynamodb).admit(queued, owner="a", lease_until=time.time() + 60)
+    admission = _ledger_over(env, dynamodb).admit(
+        queued.session_id, attempts_seen=queued.attempts, owner="a", lease_until=time.time() + 60
+    )
 
     # THEN the conflicts were retried and the slot taken once
     assert admission is Admission.ADMITTED and dynamodb.conflicts == 0
@@ -155,12 +160,14 @@ def test_a_slot_transaction_that_conflicts_with_a_concurrent_one_is_retried(env:
 def test_a_transaction_that_keeps_conflicting_raises_after_its_attempts(env: Env) -> None:
     # GIVEN a budget item so contended that every attempt conflicts
     request = env.start_request()
-    queued = env.rt.ledger.record_queued(request).record
+    queued = env.record_queued(request).record
     dynamodb = _ConflictingDynamoDB(env.rt.clients.dynamodb, conflicts=TRANSACTION_ATTEMPTS)
 
     # WHEN the dispatcher asks for a slot THEN the error surfaces (the message is retried by SQS) and no slot is held
     with pytest.raises(ClientError, match="TransactionCanceled"):
-        _ledger_over(env, dynamodb).admit(queued, owner="a", lease_until=time.time() + 60)
+        _ledger_over(env, dynamodb).admit(
+            queued.session_id, attempts_seen=queued.attempts, owner="a", lease_until=time.time() + 60
+        )
     assert not env.rt.ledger.get(request.session_id).inflight
 
 
@@ -186,7 +193,14 @@ def test_a_start_records_the_requests_trainer_but_keeps_one_an_attach_claimed_fi
 
     # WHEN both are started (one transaction each, no extra call)
     for request in (fresh, claimed):
-        env.rt.ledger.start(request, owner="d", lease_until=time.time() + 60)
+        env.rt.ledger.start(
+            request.key,
+            submitted_at=request.submitted_at,
+            deadline_at=request.deadline_at,
+            trainer=request.trainer,
+            owner="d",
+            lease_until=time.time() + 60,
+        )
 
     # THEN each item names the trainer its events are for
     assert _trainer_of(env, fresh.session_id) == "first"
