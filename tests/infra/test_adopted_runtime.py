@@ -104,6 +104,28 @@ def test_the_runtimes_role_gets_the_result_write_under_the_experiments_prefix_on
     assert len(info) == 1 and ROLE_ARN in info[0] and "s3:PutObject" in info[0]
 
 
+def test_a_runtime_still_running_arts_image_gets_the_result_write_without_the_condition(tmp_path: Path) -> None:
+    # GIVEN an adopted runtime that still runs ART 0.2.0's image (its put_object sends no If-None-Match), deployed
+    # as the README's "Migrating from ART" says: -c first_writer_wins=false
+    context = {**ADOPT, "first_writer_wins": "false"}
+    template, messages = _synth(tmp_path, context, Environment(account=ACCOUNT, region=REGION))
+
+    # THEN the statement on its role lets it put results under the experiment's prefix with no condition, and
+    # synth prints that statement
+    bucket = results_bucket_name(ACCOUNT, REGION)
+    (attached,) = [
+        p["Properties"]
+        for p in template.find_resources("AWS::IAM::Policy").values()
+        if p["Properties"].get("Roles") == [ROLE_ARN.rpartition("/")[2]]
+    ]
+    resource = f"arn:aws:s3:::{bucket}/{experiment_prefix('gsm8k')}*"
+    assert _rendered(attached["PolicyDocument"]["Statement"]) == [
+        {"Action": "s3:PutObject", "Effect": "Allow", "Resource": resource}
+    ]
+    (info,) = [str(m.entry.data) for m in messages if "adopting runtime" in str(m.entry.data)]
+    assert "if-none-match" not in info
+
+
 def test_without_credentials_the_stack_takes_the_runtimes_account_and_region(tmp_path: Path) -> None:
     template, _ = _synth(tmp_path, ADOPT, None)
     template.has_resource_properties(
