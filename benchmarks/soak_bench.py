@@ -12,7 +12,7 @@ fault once unless said otherwise, at seeded points of progress:
   it attaches its journal, which resends what it cannot prove was sent;
 - ``trainer_killed_mid_collect``: SIGKILLed once everything is submitted, while it waits for results;
   restarted the same way;
-- ``worker_killed:<name>``: every Lambda worker process (both dispatchers, finisher + sweeper) SIGKILLed;
+- ``worker_killed:<name>``: every Lambda worker process (both dispatchers, the finisher, the sweeper) SIGKILLed;
   the supervisor replaces it;
 - ``agents_killed``: running agent sessions killed through the emulator (twice);
 - ``throttle_storm``: the runtime's invoke rate lowered to 1/s for 15 s;

@@ -32,9 +32,9 @@ def _worker_pid(stack: LocalStack, name: str) -> int:
 
 
 def test_sigkilled_workers_are_restarted_and_rollouts_still_complete_and_get_stopped(stack: LocalStack) -> None:
-    # GIVEN every worker environment of the experiment (dispatchers, finisher + sweeper) SIGKILLed
+    # GIVEN every worker environment of the experiment (two dispatchers, the finisher, the sweeper) SIGKILLed
     names = stack.worker_names()
-    assert len(names) == 3
+    assert len(names) == 4
     killed = {name: _worker_pid(stack, name) for name in names}
     for pid in killed.values():
         os.kill(pid, signal.SIGKILL)

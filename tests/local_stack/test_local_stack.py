@@ -86,6 +86,7 @@ def test_local_stack_runs_every_part_and_leaves_no_process_behind(tmp_path: Path
             "emulator",
             "gateway",
             "worker-stack-test",
+            "worker-stack-test-sweeper",
             "worker-stack-test-dispatcher-0",
             "worker-stack-test-dispatcher-1",
             "worker-stack-test-finisher-1",
