@@ -27,6 +27,7 @@ from rollout_contract.resources import (
     AGENT_REPOSITORY_NAME,
     BUDGET_TABLE,
     ExperimentDescriptor,
+    ExperimentKind,
     ExperimentResources,
     HandlerSettings,
     results_bucket_name,
@@ -108,6 +109,8 @@ class ExperimentStack(Stack):
             sessions_table=self.sessions_table,
             sessions_spec=names.sessions_table,
         )
+        if settings.kind is ExperimentKind.SANDBOX:
+            self.trainer.grant_sandboxes(runtime=runtime, budget_table=self.budget_table)
         grant_doctor_reads(
             self.trainer.policy,
             queues=[self.finisher_inbox.queue, self.finisher_inbox.dead_letter_queue],
@@ -131,7 +134,7 @@ class ExperimentStack(Stack):
             max_lifetime_s=settings.max_lifetime_s,
         )
         self._outputs()
-        self._acknowledge_nag_findings(exp_id)
+        self._acknowledge_nag_findings(exp_id, sandbox=settings.kind is ExperimentKind.SANDBOX)
 
     def _result_writes(self, settings: ExperimentSettings) -> iam.PolicyStatement:
         """What the runtime's role needs: PutObject under the experiment's prefix (with If-None-Match by default).
@@ -184,6 +187,9 @@ class ExperimentStack(Stack):
             gateway_url=settings.gateway_url,
             model_id=settings.model_id,
             required_rollout_fields=list(settings.required_rollout_fields),
+            kind=settings.kind,
+            tps_limit=settings.tps_limit,
+            session_budget=settings.session_budget,
             function_names={role: worker.function.function_name for role, worker in self.workers.all.items()},
             log_groups={role: worker.log_group.log_group_name for role, worker in self.workers.all.items()},
         )
@@ -210,7 +216,7 @@ class ExperimentStack(Stack):
         for name, value in outputs.items():
             CfnOutput(self, name, value=value)
 
-    def _acknowledge_nag_findings(self, exp_id: str) -> None:
+    def _acknowledge_nag_findings(self, exp_id: str, *, sandbox: bool) -> None:
         """Accept the IAM5 wildcards that are the least privilege IAM can express, each with its reason.
 
         Finding ids quote the bucket ARN as cdk-nag prints it, tokens or literals (environment-bound synth).
@@ -220,6 +226,7 @@ class ExperimentStack(Stack):
         results = f"AwsSolutions-IAM5[Resource::{bucket_arn}/{experiment_prefix(exp_id)}*]"
         payloads = f"AwsSolutions-IAM5[Resource::{bucket_arn}/{payload_ref_prefix(exp_id)}*]"
         table_id = self.get_logical_id(self.sessions_table.node.default_child)
+        runtime_endpoints = f"AwsSolutions-IAM5[Resource::{self.agent.nag_arn}/*]"
         agent_results = (
             results if self._agent_results is None else f"AwsSolutions-IAM5[Resource::{self._agent_results}]"
         )
@@ -227,7 +234,11 @@ class ExperimentStack(Stack):
         self.workers.acknowledge_wildcards(
             results=results,
             payloads=payloads,
-            runtime_endpoints=f"AwsSolutions-IAM5[Resource::{self.agent.nag_arn}/*]",
+            runtime_endpoints=runtime_endpoints,
             index=f"AwsSolutions-IAM5[Resource::<{table_id}.Arn>/index/*]",
         )
-        self.trainer.acknowledge_wildcards(results=results, payloads=payloads)
+        self.trainer.acknowledge_wildcards(
+            results=results,
+            payloads=payloads,
+            runtime_endpoints=runtime_endpoints if sandbox else None,
+        )

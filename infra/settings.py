@@ -19,7 +19,7 @@ from rollout_contract.protocol import (
     DEFAULT_INVOKE_TPS,
     DEFAULT_MAX_LIFETIME_S,
 )
-from rollout_contract.resources import AGENT_REPOSITORY_NAME
+from rollout_contract.resources import AGENT_REPOSITORY_NAME, ExperimentKind
 
 #: Tags left mutable in the otherwise immutable agent repository (never a default: the image is always named).
 MUTABLE_IMAGE_TAGS = ("latest",)
@@ -68,6 +68,7 @@ CONTEXT_FLAGS = (
     "first_writer_wins",
     "runtime_arn",
     "runtime_role_arn",
+    "sandbox",
 )
 #: Flags that configure a runtime the stack creates; an adopted runtime (``-c runtime_arn``) keeps its own.
 RUNTIME_FLAGS = (
@@ -184,6 +185,9 @@ class ExperimentSettings:
     first_writer_wins: bool = True
     #: An existing runtime to build around instead of creating one (``-c runtime_arn``); ``image`` is then None.
     adopted_runtime: AdoptedRuntime | None = None
+    #: What the runtime hosts: an agent, or the sandbox daemon (``-c sandbox=true``; trainers may then start
+    #: sandboxes: invoke and stop the runtime, record sandbox sessions, spend the budgets).
+    kind: ExperimentKind = ExperimentKind.AGENT
 
 
 def experiment_settings(context: Mapping[str, str | None]) -> ExperimentSettings:
@@ -228,6 +232,7 @@ def experiment_settings(context: Mapping[str, str | None]) -> ExperimentSettings
             None if reserved is None else _integer(context, "dispatcher_reserved_concurrency", 0, 1, 10_000)
         ),
         first_writer_wins=_boolean(context, "first_writer_wins", default=True),
+        kind=ExperimentKind.SANDBOX if _boolean(context, "sandbox", default=False) else ExperimentKind.AGENT,
     )
 
 

@@ -8,6 +8,7 @@ managed policy attached to their own users or roles: nothing outside the stack r
 from __future__ import annotations
 
 from aws_cdk import Duration
+from aws_cdk import aws_bedrockagentcore as agentcore
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
@@ -16,11 +17,18 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from infra.nag import acknowledge
-from infra.workers import PAYLOAD_KEYS, RESULT_KEYS
+from infra.workers import PAYLOAD_KEYS, RESULT_KEYS, RUNTIME_ENDPOINTS, STOP_SESSION
+from rollout_contract.budgets import SESSION_BUDGET_ID, tps_budget_id
 from rollout_contract.keys import experiment_prefix, payload_ref_prefix
+from rollout_contract.protocol import DEFAULT_QUALIFIER
 from rollout_contract.resources import SESSIONS_PARTITION_KEY, TTL_ATTRIBUTE, TableSpec
+from rollout_contract.sandbox import SANDBOX_SESSION_PREFIX
 from rollout_contract.sessions import ATTR_ALIVE_UNTIL, ATTR_TRAINER
 
+INVOKE_RUNTIME = "bedrock-agentcore:InvokeAgentRuntime"
+#: What ``trainer_client.sandbox`` calls on a sandbox's sessions item and on a budget item: reads (attach, the free
+#: slot count) and updates (a transaction is authorized as its updates).
+SANDBOX_ITEM_CALLS = ["dynamodb:GetItem", "dynamodb:UpdateItem"]
 #: How long one assumed-role session lasts; boto3 renews it on its own for a profile with ``role_arn``.
 TRAINER_SESSION = Duration.hours(12)
 
@@ -47,6 +55,7 @@ class TrainerAccess(Construct):
         sessions_spec: TableSpec,
     ) -> None:
         super().__init__(scope, construct_id)
+        self._sessions_table_arn = sessions_table.table_arn
         results = bucket.arn_for_objects(f"{experiment_prefix(exp_id)}*")
         self.role = iam.Role(
             self,
@@ -133,7 +142,33 @@ class TrainerAccess(Construct):
             ],
         )
 
-    def acknowledge_wildcards(self, *, results: str, payloads: str) -> None:
+    def grant_sandboxes(self, *, runtime: agentcore.IBedrockAgentRuntime, budget_table: dynamodb.ITable) -> None:
+        """Let the trainer run sandboxes (D71): start, invoke and stop the runtime's sessions, record sandbox sessions
+        (ids starting with ``sandbox-``) in the sessions table, and take session slots and invoke tokens from the
+        shared budget table's two items this experiment uses, as the functions do."""
+        arn = runtime.agent_runtime_arn
+        budget_items = [SESSION_BUDGET_ID, tps_budget_id(arn, DEFAULT_QUALIFIER)]
+        self.policy.add_statements(
+            iam.PolicyStatement(
+                sid="RunSandboxes", actions=[INVOKE_RUNTIME, STOP_SESSION], resources=[arn, f"{arn}/*"]
+            ),
+            iam.PolicyStatement(
+                sid="RecordSandboxes",
+                actions=SANDBOX_ITEM_CALLS,
+                resources=[self._sessions_table_arn],
+                conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{SANDBOX_SESSION_PREFIX}*"]}},
+            ),
+            iam.PolicyStatement(
+                sid="SpendBudgets",
+                actions=SANDBOX_ITEM_CALLS,
+                resources=[budget_table.table_arn],
+                conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": budget_items}},
+            ),
+        )
+
+    def acknowledge_wildcards(self, *, results: str, payloads: str, runtime_endpoints: str | None = None) -> None:
         """Accept the IAM5 wildcards (cdk-nag finding ids) that are the least privilege IAM can express."""
         acknowledge(self.policy, results, f"Reads results. {RESULT_KEYS}")
         acknowledge(self.policy, payloads, PAYLOAD_KEYS)
+        if runtime_endpoints is not None:
+            acknowledge(self.policy, runtime_endpoints, RUNTIME_ENDPOINTS)

@@ -45,6 +45,11 @@ BUDGET_CALLS = {
     "finisher": ["dynamodb:UpdateItem"],
     "sweeper": ["dynamodb:GetItem", "dynamodb:UpdateItem"],
 }
+#: Why a grant on the runtime covers ``ARN/*`` (quoted in the cdk-nag acknowledgements).
+RUNTIME_ENDPOINTS = (
+    "ACR authorizes InvokeAgentRuntime/StopRuntimeSession on the runtime ARN and its endpoints (ARN/*); both are "
+    "this experiment's runtime only."
+)
 #: Why the results prefix is the narrowest S3 scope (quoted in the cdk-nag acknowledgements).
 RESULT_KEYS = "Keys are {exp_id}/{input_id}/{session_id}.json: the experiment's prefix is the narrowest scope."
 PAYLOAD_KEYS = "Oversized payloads are parked per rollout under the experiment's prefix."
@@ -188,8 +193,7 @@ class RolloutWorkers(Construct):
             acknowledge(
                 worker.role,
                 runtime_endpoints,
-                "ACR authorizes InvokeAgentRuntime/StopRuntimeSession on the runtime ARN and its endpoints (ARN/*); "
-                "both are this experiment's runtime only.",
+                RUNTIME_ENDPOINTS,
             )
         acknowledge(
             self.sweeper.role,

@@ -100,8 +100,10 @@ class Acr:
         """Encode an agent payload as the request body."""
         return json.dumps(payload, separators=(",", ":")).encode()
 
-    def invoke(self, session_id: str, body: bytes, *, slot_start: float) -> None:
-        """Start ``session_id`` with ``body`` in the slot reserved at ``slot_start`` (:meth:`reserve_invoke`).
+    def invoke(self, session_id: str, body: bytes, *, slot_start: float) -> bytes:
+        """Invoke ``session_id`` with ``body`` in the slot reserved at ``slot_start`` (:meth:`reserve_invoke`).
+
+        Returns the agent's answer (a rollout's is ``{"status": "processing", ...}``).
 
         Raises:
             NoTokenError: the slot passed and no other frees up within the wait allowed.
@@ -118,11 +120,12 @@ class Acr:
                 accept=_CONTENT_TYPE,
             )
             with closing(response["response"]) as stream:
-                stream.read()
+                answer: bytes = stream.read()
         except (ClientError, BotoCoreError) as exc:
             raise classify(exc) from exc
         finally:
             _pending_slot.reset(token)
+        return answer
 
     def stop(self, session_id: str) -> bool:
         """Stop ``session_id``; ``False`` when ACR has no such session (never started, or already gone).

@@ -47,7 +47,7 @@ from lambdas.ledger import Admission, Recorded
 from lambdas.observability import add_metric, emit_with_dimensions, lambda_entry_point, logger
 from lambdas.runtime import current_runtime
 from rollout_contract import metrics as names
-from rollout_contract.ids import split_exp_id, validate_input_id, validate_session_id
+from rollout_contract.ids import split_exp_id, validate_input_id, validate_rollout_session_id
 from rollout_contract.keys import ResultKey
 from rollout_contract.messages import CancelRequest, DispatchRequest, parse_dispatch_message
 from rollout_contract.results import ROLLOUT_FIELD, ErrorInfo, RolloutResult, Status, Timings
@@ -400,7 +400,7 @@ def _start_key(body: str, rt: Runtime) -> ResultKey | None:
             return None
         experiment, _ = split_exp_id(fields["exp_id"])
         key = ResultKey(
-            fields["exp_id"], validate_input_id(fields["input_id"]), validate_session_id(fields["session_id"])
+            fields["exp_id"], validate_input_id(fields["input_id"]), validate_rollout_session_id(fields["session_id"])
         )
     except (ValueError, KeyError, TypeError):
         return None

@@ -23,6 +23,7 @@ from rollout_contract.results import Status
 
 if TYPE_CHECKING:
     from lambdas.runtime import Runtime
+    from rollout_contract.keys import ResultKey
     from rollout_contract.results import RolloutResult
 
 #: ``ErrorInfo.type`` of a rollout that had no result by its deadline.
@@ -53,6 +54,24 @@ def finish_rollout(result: RolloutResult, rt: Runtime) -> Transition:
             extra={"session_id": session_id, "status": result.status.value, "slot_freed": transition.value},
         )
         emit_completion(result)
+    return transition
+
+
+def end_sandbox(key: ResultKey, rt: Runtime) -> Transition:
+    """Stop a sandbox past its deadline and free its slot, marking it ``timed_out``; no result is written.
+
+    A sandbox's trainer reads its commands' results from the session itself, and nothing waits for a result
+    object (one would only wake the finisher and every poller for nothing).
+
+    Raises:
+        NoTokenError: no invoke-budget slot for the stop call; retry later.
+        RetryableAcrError: the stop call failed in a way that may pass; retry later.
+    """
+    stop_session(key.session_id, rt)
+    transition = rt.ledger.finish(key, status=Status.TIMED_OUT, finished_at=rt.clock())
+    if transition is not Transition.ALREADY_FINISHED:
+        logger.info("sandbox stopped at its deadline", extra={"session_id": key.session_id})
+        add_metric(names.SANDBOXES_EXPIRED, 1)
     return transition
 
 

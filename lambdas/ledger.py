@@ -18,6 +18,7 @@ finish) besides the invoke budget's tokens.
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 import time
@@ -29,7 +30,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from botocore.exceptions import ClientError
 
 from lambdas.conditional import CONDITION_FAILED, conditional_write, error_code, n, s
-from lambdas.observability import logger
 from rollout_contract.budgets import (
     ATTR_TOTAL,
     HELD_PREFIX,
@@ -39,6 +39,7 @@ from rollout_contract.budgets import (
 )
 from rollout_contract.lifecycle import (
     ADMIT,
+    EXPIRE,
     FINISH,
     FINISH_UNSTARTED,
     MARK_RUNNING,
@@ -48,6 +49,7 @@ from rollout_contract.lifecycle import (
     TAKE_OVER,
     Move,
 )
+from rollout_contract.naming import PROJECT
 from rollout_contract.resources import BUDGET_PARTITION_KEY, INFLIGHT_INDEX, SESSIONS_PARTITION_KEY, TTL_ATTRIBUTE
 from rollout_contract.results import Status
 from rollout_contract.sessions import (
@@ -74,6 +76,10 @@ if TYPE_CHECKING:
     from botocore.client import BaseClient
 
     from rollout_contract.keys import ResultKey
+
+# A child of the functions' Powertools logger (service PROJECT): its lines are the functions' JSON lines, and the
+# module needs no Powertools, so a trainer's sandbox client takes its session slots through this same code.
+logger = logging.getLogger(f"{PROJECT}.ledger")
 
 #: How long a sessions-table item outlives its deadline or its end (TTL), in seconds.
 RECORD_TTL_S = 7 * 24 * 3600
@@ -330,6 +336,11 @@ class Ledger:
         if failed.reasons[0] == _REASON_CONDITION:
             return False
         self._warn_count_at_zero(session_id)
+        return conditional_write(self._dynamodb.update_item, **update).ok
+
+    def expire(self, session_id: str, *, now: float) -> bool:
+        """Move a running sandbox's deadline to ``now``, so the next sweep stops it; ``False`` if not running."""
+        update = self._move(EXPIRE, session_id, {ATTR_DEADLINE_AT: ":now"}, {":now": n(now)})
         return conditional_write(self._dynamodb.update_item, **update).ok
 
     def finish(self, key: ResultKey, *, status: Status, finished_at: float, holding: bool = True) -> Transition:

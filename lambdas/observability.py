@@ -18,8 +18,9 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from rollout_contract.metrics import EXP_DIMENSION, NAMESPACE
+from rollout_contract.naming import PROJECT
 
-SERVICE = "agentcore-rollouts"
+SERVICE = PROJECT
 
 logger = Logger(service=SERVICE)
 metrics = Metrics(namespace=NAMESPACE)

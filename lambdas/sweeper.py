@@ -3,7 +3,8 @@
 Runs every minute (EventBridge schedule in AWS, a timer in the local worker); the event is ignored.
 For each overdue rollout it writes a ``timed_out`` result the first-writer-wins way (an agent result
 already there wins) and finishes the rollout through the same transition as the finisher, so whoever is
-first frees the slot. Then it publishes the in-flight and overdue gauges and reconciles the slot count.
+first frees the slot. An overdue sandbox (``rollout_contract.sandbox``) is stopped and finished the same way,
+with no result written. Then it publishes the in-flight and overdue gauges and reconciles the slot count.
 
 Overdue rollouts are ended on ``SWEEP_WORKERS`` threads: each stop waits for a token from the shared invoke
 budget and then for ACR's answer, so after a mass failure (an AZ event, a thousand agents dying at once)
@@ -26,13 +27,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lambdas.exceptions import NoTokenError, RetryableAcrError
-from lambdas.finishing import DEADLINE_EXCEEDED, finish_rollout
+from lambdas.finishing import DEADLINE_EXCEEDED, end_sandbox, finish_rollout
 from lambdas.ledger import Reconciliation, Transition
 from lambdas.observability import add_metric, lambda_entry_point, logger
 from lambdas.runtime import current_runtime
 from rollout_contract import metrics as names
 from rollout_contract.keys import ResultKey
 from rollout_contract.results import ErrorInfo, RolloutResult, Status, Timings
+from rollout_contract.sandbox import is_sandbox_session
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -145,8 +147,11 @@ def _end_all(
 
 
 def _end(record: SessionRecord, now: float, rt: Runtime) -> Transition | None:
-    """End one overdue rollout as ``timed_out`` (or with the result that got there first); ``None`` if it cannot."""
+    """End one overdue rollout as ``timed_out`` (or with the result that got there first), or stop an overdue
+    sandbox (no result); ``None`` if it cannot."""
     try:
+        if is_sandbox_session(record.session_id):
+            return end_sandbox(_key(record, rt), rt)
         return finish_rollout(_timed_out_or_existing(record, now, rt), rt)
     except (NoTokenError, RetryableAcrError) as exc:
         logger.warning(
@@ -161,7 +166,7 @@ def _end(record: SessionRecord, now: float, rt: Runtime) -> Transition | None:
 
 def _timed_out_or_existing(record: SessionRecord, now: float, rt: Runtime) -> RolloutResult:
     """Write the ``timed_out`` result of an overdue rollout, or return the result that got there first."""
-    key = ResultKey(record.exp_id or rt.settings.exp_id, record.input_id or "", record.session_id)
+    key = _key(record, rt)
     result = RolloutResult.terminal(
         Status.TIMED_OUT,
         key=key,
@@ -170,6 +175,10 @@ def _timed_out_or_existing(record: SessionRecord, now: float, rt: Runtime) -> Ro
         timings=Timings(submitted_at=record.submitted_at, dispatched_at=record.dispatched_at, finished_at=now),
     )
     return rt.store.write_first(result).result
+
+
+def _key(record: SessionRecord, rt: Runtime) -> ResultKey:
+    return ResultKey(record.exp_id or rt.settings.exp_id, record.input_id or "", record.session_id)
 
 
 @lambda_entry_point

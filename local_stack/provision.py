@@ -17,13 +17,16 @@ import boto3
 from botocore.exceptions import ClientError
 
 from local_stack.moto_server import DUMMY_CREDENTIALS, LOCAL_REGION
+from rollout_contract.protocol import DEFAULT_INVOKE_TPS
 from rollout_contract.resources import (
     BUDGET_TABLE,
+    DEFAULT_SESSION_BUDGET,
     DLQ_RETENTION_S,
     FUNCTION_ROLES,
     LOCAL_RESULTS_BUCKET,
     PROJECT,
     ExperimentDescriptor,
+    ExperimentKind,
     ExperimentResources,
     QueueSpec,
     TableSpec,
@@ -95,11 +98,15 @@ def provision_experiment(
     model_id: str | None = None,
     required_rollout_fields: tuple[str, ...] = (),
     bucket: str = LOCAL_RESULTS_BUCKET,
+    kind: ExperimentKind = ExperimentKind.AGENT,
+    tps_limit: float = DEFAULT_INVOKE_TPS,
+    session_budget: int = DEFAULT_SESSION_BUDGET,
 ) -> ProvisionedExperiment:
     """Create experiment ``exp_id``'s queues, sessions table and result rule, and publish its descriptor.
 
     Call :func:`provision_shared` first. ``endpoints`` (boto3 service name -> URL) goes into the
-    descriptor, so ``RolloutClient.for_experiment(exp_id)`` finds the local stack.
+    descriptor, so ``RolloutClient.for_experiment(exp_id)`` finds the local stack; so do what the runtime hosts
+    (``kind``) and the budgets the experiment's functions keep (``tps_limit``, ``session_budget``).
     """
     resources = ExperimentResources.for_experiment(exp_id)
     dispatch_url = _ensure_queue(clients.sqs, resources.dispatch_queue)
@@ -126,6 +133,9 @@ def provision_experiment(
         required_rollout_fields=list(required_rollout_fields),
         endpoints=endpoints,
         function_names={role: local_function_name(exp_id, role) for role in FUNCTION_ROLES},
+        kind=kind,
+        tps_limit=tps_limit,
+        session_budget=session_budget,
     )
     clients.ssm.put_parameter(
         Name=resources.descriptor_parameter,

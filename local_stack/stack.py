@@ -51,8 +51,8 @@ from local_stack.provision import AwsClients, provision_experiment, provision_sh
 from local_stack.run_dir import STATE_FILE, guard, read_state
 from local_stack.worker import DEFAULT_HANDLERS
 from rollout_contract.ids import validate_experiment
-from rollout_contract.protocol import runtime_id
-from rollout_contract.resources import ExperimentDescriptor
+from rollout_contract.protocol import DEFAULT_INVOKE_TPS, runtime_id
+from rollout_contract.resources import DEFAULT_SESSION_BUDGET, ExperimentDescriptor, ExperimentKind
 
 __all__ = [
     "DEFAULT_RUN_DIR",
@@ -98,6 +98,9 @@ class StackSettings:
         runtime_arns: experiment id -> the ARN its runtime has instead of :func:`runtime_arn`'s: a runtime created
             outside this stack's naming, as ``cdk deploy -c runtime_arn=...`` adopts one in AWS.
         agent_environment: more variables for the agent's processes (see :func:`agent_environment`).
+        kind: what the runtime hosts, published in every experiment's descriptor: an agent (rollouts), or ART's
+            sandbox daemon (``local_stack.sandbox.sandbox_settings``; its sessions start in a fresh directory each,
+            not in ``agent_working_dir``).
         handlers: dotted handler paths per role (``dispatcher``, ``finisher``, ``sweeper``).
         dispatcher_environments: dispatcher worker processes per experiment. Each is one Lambda execution
             environment (one invocation at a time, batch records handled in parallel inside it), like
@@ -129,6 +132,7 @@ class StackSettings:
     agent_working_dir: Path | None = None
     agent_environment: Mapping[str, str] = field(default_factory=dict)
     runtime_arns: Mapping[str, str] = field(default_factory=dict)
+    kind: ExperimentKind = ExperimentKind.AGENT
     handlers: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_HANDLERS))
     dispatcher_environments: int = 2
     finisher_environments: int = 1
@@ -294,6 +298,9 @@ class LocalStack:
                 gateway_url=self.gateway_url,
                 model_id=self.published_model_id,
                 required_rollout_fields=self.settings.required_rollout_fields,
+                kind=self.settings.kind,
+                tps_limit=self.settings.tps_limit or DEFAULT_INVOKE_TPS,
+                session_budget=self.settings.session_budget or DEFAULT_SESSION_BUDGET,
             )
             self.descriptors[exp_id] = provisioned.descriptor
 
@@ -455,13 +462,15 @@ def agent_environment(settings: StackSettings, s3_endpoint: str | None) -> dict[
 
 def agent_runtime(settings: StackSettings, arn: str, s3_endpoint: str | None) -> dict[str, Any]:
     """The emulator's runtime entry (``RuntimeConfig`` fields) that hosts the stack's agent under ``arn``."""
-    return {
+    runtime: dict[str, Any] = {
         "arn": arn,
         "command": list(settings.agent_command),
-        "working_dir": str(settings.agent_working_dir or PROJECT_ROOT),
         "environment": agent_environment(settings, s3_endpoint),
         **settings.runtime_options,
     }
+    if settings.kind is ExperimentKind.AGENT:  # a sandbox session starts in a fresh directory of its own
+        runtime["working_dir"] = str(settings.agent_working_dir or PROJECT_ROOT)
+    return runtime
 
 
 def _pythonpath(first: Path, rest: str | None) -> str:

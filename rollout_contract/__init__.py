@@ -11,6 +11,7 @@
 - ``naming``: how each AWS name is built from an experiment id, its limit, and the longest id they allow.
 - ``sessions``: the sessions-table item (attribute names, :class:`SessionState`).
 - ``lifecycle``: the table of a rollout's moves between states (who, when, condition, slot, result).
+- ``sandbox``: ART's sandbox protocol and the rules for sandbox sessions (their reserved id prefix, lifetimes).
 
 Pure: no boto3, no I/O, nothing read from the environment at import.
 """
@@ -24,6 +25,7 @@ from rollout_contract.ids import (
     validate_exp_id,
     validate_experiment,
     validate_input_id,
+    validate_rollout_session_id,
     validate_run,
     validate_session_id,
     validate_session_key_segment,
@@ -97,6 +99,7 @@ __all__ = [
     "validate_exp_id",
     "validate_experiment",
     "validate_input_id",
+    "validate_rollout_session_id",
     "validate_run",
     "validate_session_id",
     "validate_session_key_segment",

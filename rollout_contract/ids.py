@@ -18,6 +18,7 @@ import re
 import uuid
 
 from rollout_contract.naming import EXPERIMENT_MAX_LENGTH, LIMITING_NAME
+from rollout_contract.sandbox import SANDBOX_SESSION_PREFIX, is_sandbox_session
 
 SESSION_ID_MIN_LENGTH = 33
 SESSION_ID_MAX_LENGTH = 256
@@ -146,6 +147,21 @@ def validate_session_id(session_id: str) -> str:
             f"{SESSION_ID_MIN_LENGTH}-{SESSION_ID_MAX_LENGTH} (a uuid4 string has 36)"
         )
     return validate_session_key_segment(session_id)
+
+
+def validate_rollout_session_id(session_id: str) -> str:
+    """Return ``session_id`` if a rollout may use it: :func:`validate_session_id`, and not a sandbox's id.
+
+    Ids starting with ``sandbox.SANDBOX_SESSION_PREFIX`` are reserved for sandboxes: the sweeper ends those
+    without writing a result, so a rollout under such an id would never get one.
+    """
+    validate_session_id(session_id)
+    if is_sandbox_session(session_id):
+        raise InvalidIdError(
+            f"session_id {session_id!r} starts with {SANDBOX_SESSION_PREFIX!r}, which is reserved for sandbox "
+            "sessions; give a rollout another id (or none: a uuid4 is made)"
+        )
+    return session_id
 
 
 def validate_session_key_segment(session_id: str) -> str:

@@ -27,11 +27,12 @@ from rollout_contract.sessions import (
 
 
 class Mover(StrEnum):
-    """The functions that move a rollout between states."""
+    """The functions that move a rollout between states, and the trainer's sandbox client (its own sandboxes)."""
 
     DISPATCHER = "dispatcher"
     FINISHER = "finisher"
     SWEEPER = "sweeper"
+    SANDBOX_CLIENT = "sandbox client"
 
 
 #: The states in which a rollout holds a session slot (its item carries ``ATTR_INFLIGHT``).
@@ -93,8 +94,8 @@ START = Move(
     "start",
     (None,),
     SessionState.ADMITTED,
-    (Mover.DISPATCHER,),
-    "a first receive, no cancel came first, a slot is free (attempt 1)",
+    (Mover.DISPATCHER, Mover.SANDBOX_CLIENT),
+    "a first receive, no cancel came first, a slot is free (attempt 1); a sandbox's start",
     _NO_CANCEL,
     +1,
     "",
@@ -123,8 +124,9 @@ MARK_RUNNING = Move(
     "mark_running",
     (SessionState.ADMITTED,),
     SessionState.RUNNING,
-    (Mover.DISPATCHER,),
-    "the invoke was accepted and the caller still holds the lease; the timeout runs from the invoke",
+    (Mover.DISPATCHER, Mover.SANDBOX_CLIENT),
+    "the invoke was accepted and the caller still holds the lease; the timeout runs from the invoke (a sandbox's "
+    "from its start)",
     _LEASED_TO_CALLER,
     0,
     "",
@@ -143,11 +145,22 @@ FINISH = Move(
     "finish",
     (SessionState.ADMITTED, SessionState.RUNNING),
     SessionState.FINISHED,
-    (Mover.FINISHER, Mover.SWEEPER),
-    "its result is stored (finisher: the result's event; sweeper: past the deadline)",
+    (Mover.FINISHER, Mover.SWEEPER, Mover.SANDBOX_CLIENT),
+    "its result is stored (finisher: the result's event; sweeper: past the deadline); a sandbox's session is "
+    "stopped (its terminate, or the sweeper past its deadline)",
     "",
     -1,
-    "the agent's; `timed_out` (sweeper); `cancelled`; `dispatch_failed` (a failed invoke)",
+    "the agent's; `timed_out` (sweeper); `cancelled`; `dispatch_failed` (a failed invoke); none for a sandbox",
+)
+EXPIRE = Move(
+    "expire",
+    (SessionState.RUNNING,),
+    SessionState.RUNNING,
+    (Mover.SANDBOX_CLIENT,),
+    "a sandbox's terminate could not stop its session: its deadline becomes now, so the next sweep stops it",
+    "",
+    0,
+    "",
 )
 FINISH_UNSTARTED = Move(
     "finish_unstarted",
@@ -170,6 +183,7 @@ MOVES: tuple[Move, ...] = (
     RELEASE_TO_QUEUED,
     FINISH,
     FINISH_UNSTARTED,
+    EXPIRE,
 )
 
 

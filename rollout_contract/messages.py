@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
-from rollout_contract.ids import split_exp_id, validate_exp_id, validate_input_id, validate_session_id
+from rollout_contract.ids import split_exp_id, validate_exp_id, validate_input_id, validate_rollout_session_id
 from rollout_contract.keys import ResultKey
 from rollout_contract.results import ROLLOUT_FIELD
 
@@ -124,7 +124,7 @@ class _QueueMessage(BaseModel):
     @field_validator("session_id")
     @classmethod
     def _check_session_id(cls, value: str) -> str:
-        return validate_session_id(value)
+        return validate_rollout_session_id(value)
 
     @property
     def key(self) -> ResultKey:

@@ -32,6 +32,7 @@ SLOT_DRIFT = "SessionSlotDrift"  # Count: correction the sweeper applied to the 
 STOP_FAILURES = "StopFailures"  # Count: StopRuntimeSession calls that failed for good
 BATCH_RECORDS = "BatchRecords"  # Count: records one dispatcher or finisher invocation received
 SWEEPER_RUNS = "SweeperRuns"  # Count: sweeper invocations (one a minute when it is scheduled and healthy)
+SANDBOXES_EXPIRED = "SandboxesExpired"  # Count: sandboxes the sweeper stopped at their deadline (none terminated them)
 OVERDUE = "RolloutsOverdue"  # Count (gauge, by the sweeper, every run): in flight OVERDUE_GRACE_S past the deadline
 
 #: Seconds past its deadline after which a rollout still in flight counts in :data:`OVERDUE`. The sweeper

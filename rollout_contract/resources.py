@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollout_contract.events import OBJECT_CREATED, S3_SOURCE
-from rollout_contract.ids import validate_experiment
+from rollout_contract.ids import InvalidIdError, validate_experiment
 from rollout_contract.keys import experiment_prefix
 from rollout_contract.naming import DLQ_SUFFIX, EXPERIMENT_NAMES, PROJECT
-from rollout_contract.protocol import DEFAULT_ACTIVE_SESSION_QUOTA, DEFAULT_INVOKE_TPS, DEFAULT_QUALIFIER
+from rollout_contract.protocol import DEFAULT_ACTIVE_SESSION_QUOTA, DEFAULT_INVOKE_TPS, DEFAULT_QUALIFIER, runtime_id
 
 DESCRIPTOR_PARAMETER_PREFIX = EXPERIMENT_NAMES["descriptor_parameter"].render("")
 SHARED_STACK_NAME = "AgentcoreRollouts-Shared"
@@ -29,6 +30,8 @@ _DAY_S = 24 * 3600
 #: SQS's maximum: a dead letter waits two weeks for someone to look at it. SQS counts a message's age from
 #: its first enqueue, so every source queue keeps messages for at most half of this (see QueueSpec).
 DLQ_RETENTION_S = 14 * _DAY_S
+#: The session budget an experiment's functions keep unless deployed with another: 90 % of ACR's session quota.
+DEFAULT_SESSION_BUDGET = int(DEFAULT_ACTIVE_SESSION_QUOTA * 0.9)
 #: The experiment's Lambda functions, as the descriptor's ``function_names`` keys them.
 FUNCTION_ROLES = ("dispatcher", "finisher", "sweeper")
 
@@ -156,6 +159,22 @@ class ExperimentResources(NamedTuple):
         return EXPERIMENT_NAMES["dashboard"].render(self.exp_id, region=region)
 
 
+def experiment_of_runtime(runtime_arn: str) -> str | None:
+    """The experiment whose stack created runtime ``runtime_arn``, from the runtime's name; ``None`` for another name.
+
+    ACR makes a runtime's id from its name, ``-`` and ten characters; the stack names it ``rollout_<experiment>``
+    with the experiment's ``-`` as ``_`` (experiment names hold no ``_``, so that is undone exactly).
+    """
+    name = runtime_id(runtime_arn).rpartition("-")[0]
+    prefix = EXPERIMENT_NAMES["runtime"].render("")
+    if not name.startswith(prefix):
+        return None
+    try:
+        return validate_experiment(name[len(prefix) :].replace("_", "-"))
+    except InvalidIdError:
+        return None
+
+
 def result_event_pattern(bucket: str, exp_id: str) -> dict[str, Any]:
     """EventBridge pattern matching result objects of experiment ``exp_id`` in ``bucket`` (every run's)."""
     return {
@@ -181,7 +200,7 @@ class HandlerSettings(BaseModel):
     runtime_qualifier: str = DEFAULT_QUALIFIER
     dispatch_queue_url: str
     tps_limit: float = Field(default=DEFAULT_INVOKE_TPS, gt=0)
-    session_budget: int = Field(default=int(DEFAULT_ACTIVE_SESSION_QUOTA * 0.9), gt=0)
+    session_budget: int = Field(default=DEFAULT_SESSION_BUDGET, gt=0)
     max_dispatch_attempts: int = Field(default=30, gt=0)
 
     def to_env(self) -> dict[str, str]:
@@ -196,6 +215,16 @@ class HandlerSettings(BaseModel):
         return cls.model_validate({name: environ[var] for name, var in names.items() if var in environ})
 
 
+class ExperimentKind(StrEnum):
+    """What an experiment's runtime hosts."""
+
+    #: An RL agent: the trainer submits rollouts, the dispatcher invokes them (``trainer_client.RolloutClient``).
+    AGENT = "agent"
+    #: ART's sandbox daemon (``agent_app.sandbox``): the trainer starts sandboxes and runs commands in them
+    #: (``trainer_client.sandbox.SandboxClient``), under the same session and invoke budgets.
+    SANDBOX = "sandbox"
+
+
 class ExperimentDescriptor(BaseModel):
     """Everything a trainer needs to use an experiment, published as one SSM parameter.
 
@@ -206,6 +235,8 @@ class ExperimentDescriptor(BaseModel):
     ``model_id`` is the model name agents are told when a trainer names none (``-c model_id`` in AWS; the
     local stack's own model); ``required_rollout_fields`` are the ``_rollout`` fields the experiment's agent
     needs, so a submit without them is refused before anything is sent.
+    ``kind`` says what the runtime hosts; ``tps_limit`` and ``session_budget`` are the budgets the functions keep,
+    which a sandbox client spends from too (so it must space its calls and count its slots alike).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -225,6 +256,9 @@ class ExperimentDescriptor(BaseModel):
     log_groups: dict[str, str] = Field(default_factory=dict)
     model_id: str | None = None
     required_rollout_fields: list[str] = Field(default_factory=list)
+    kind: ExperimentKind = ExperimentKind.AGENT
+    tps_limit: float = Field(default=DEFAULT_INVOKE_TPS, gt=0)
+    session_budget: int = Field(default=DEFAULT_SESSION_BUDGET, gt=0)
 
     @property
     def resources(self) -> ExperimentResources:

@@ -31,6 +31,7 @@ from rollout_contract import (
     split_exp_id,
     validate_experiment,
     validate_input_id,
+    validate_rollout_session_id,
     validate_session_id,
 )
 from rollout_contract.messages import DEFAULT_QUEUE_TIMEOUT_S, SQS_MAX_INLINE_PAYLOAD_BYTES, validate_timeout_s
@@ -400,7 +401,7 @@ class RolloutClient:
         fields: Mapping[str, Any],
     ) -> DispatchRequest:
         payload = check_payload(payload)
-        session_id = validate_session_id(session_id) if session_id is not None else new_session_id()
+        session_id = validate_rollout_session_id(session_id) if session_id is not None else new_session_id()
         input_id = validate_input_id(input_id) if input_id is not None else session_id
         rollout = {**self._rollout_defaults, **fields}
         if self.gateway_url:

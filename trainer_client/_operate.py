@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 from rollout_contract import ResultKey
+from rollout_contract.sandbox import is_sandbox_session
 from rollout_contract.sessions import SessionRecord, SessionState
 from trainer_client._client import RolloutClient
 
@@ -43,6 +44,7 @@ def session_row(record: SessionRecord, now: float) -> dict[str, object]:
     """One rollout as ``--json`` prints it (times in unix seconds, ages and remaining time in seconds)."""
     return {
         "session_id": record.session_id,
+        "kind": "sandbox" if is_sandbox_session(record.session_id) else "rollout",
         "input_id": record.input_id,
         "exp_id": record.exp_id,
         "state": record.state.value,
@@ -56,15 +58,26 @@ def session_row(record: SessionRecord, now: float) -> dict[str, object]:
 
 
 def print_sessions(records: Sequence[SessionRecord], *, as_json: bool, out: TextIO, now: float | None = None) -> None:
-    """A heading with the counts by state and the time, then one line per rollout (or JSON lines)."""
+    """A heading with the counts by state and the time, then one line per rollout (or JSON lines).
+
+    Sandboxes (``trainer_client.sandbox``) hold slots of the same budget: they follow under a heading of their own.
+    """
     now = time.time() if now is None else now
     if as_json:
         for record in records:
             print(json.dumps(session_row(record, now)), file=out)
         return
+    sandboxes = [record for record in records if is_sandbox_session(record.session_id)]
+    rollouts = [record for record in records if not is_sandbox_session(record.session_id)]
+    _print_table("rollouts", rollouts, now, out)
+    if sandboxes:
+        _print_table("sandboxes", sandboxes, now, out)
+
+
+def _print_table(what: str, records: Sequence[SessionRecord], now: float, out: TextIO) -> None:
     states = Counter(record.state.value for record in records)
     counts = ", ".join(f"{count} {state}" for state, count in sorted(states.items())) or "none"
-    print(f"{len(records)} rollouts in flight ({counts}) at {utc(now)}", file=out)
+    print(f"{len(records)} {what} in flight ({counts}) at {utc(now)}", file=out)
     if not records:
         return
     print(f"{'SESSION':<38} {'INPUT':<24} {'STATE':<9} {'AGE':>7}  DEADLINE", file=out)
@@ -99,6 +112,10 @@ def cancel_rollouts(
             print(f"no rollout {session_id} recorded in {client.exp_id}'s sessions table (a typo, or not yet "
                   "received by a dispatcher: try again in a moment)", file=out)  # fmt: skip
             missing += 1
+        elif is_sandbox_session(session_id):
+            print(f"{session_id} is a sandbox, not a rollout: its trainer terminates it, or the sweeper stops it at "
+                  "its deadline", file=out)  # fmt: skip
+            missing += 1
         elif record.state is SessionState.FINISHED:
             print(f"rollout {session_id} already ended ({record.status or 'finished'}): nothing to cancel", file=out)
             missing += 1
@@ -108,7 +125,9 @@ def cancel_rollouts(
         keys += [
             ResultKey(record.exp_id or client.exp_id, record.input_id, record.session_id)
             for record in client.sessions(queued=True)
-            if record.input_id is not None and (everything or record.input_id == input_id)
+            if record.input_id is not None
+            and not is_sandbox_session(record.session_id)  # sandboxes end by terminate() or at their deadline
+            and (everything or record.input_id == input_id)
         ]
     if not keys:
         print("nothing to cancel", file=out)

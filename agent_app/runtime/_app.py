@@ -14,13 +14,21 @@ import asyncio
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from agent_app._sdk import BedrockAgentCoreApp
-from agent_app.runtime._protocol import ENVELOPE_KEY, InvocationRequest, InvocationState, state
+from agent_app.runtime._protocol import (
+    ENVELOPE_KEY,
+    INVOCATION_IDS,
+    InvalidInvocationError,
+    InvocationIdRule,
+    InvocationRequest,
+    InvocationState,
+    state,
+)
 from agent_app.runtime._store import InvocationStore
 
 __all__ = ["AgentCoreRuntimeApp"]
@@ -32,7 +40,13 @@ class AgentCoreRuntimeApp(BedrockAgentCoreApp):
     Run one process per Runtime session (as ACR does): records are namespaced by session id, which is no
     access boundary on a shared ``state_dir``. Payloads are not stored; results must be JSON (NaN is not).
     Finishing an invocation never stops the session.
+
+    A subclass may accept other invocation ids (:attr:`invocation_ids`), refuse a new start before it is recorded
+    (:meth:`_check_start`) and shape a failed invocation's ``error`` (:meth:`_error_value`).
     """
+
+    #: The invocation ids this app accepts.
+    invocation_ids: ClassVar[InvocationIdRule] = INVOCATION_IDS
 
     def __init__(self, *, background: bool = False, state_dir: str | Path | None = None, **kwargs: Any) -> None:
         """Create the app.
@@ -62,7 +76,7 @@ class AgentCoreRuntimeApp(BedrockAgentCoreApp):
             return await super()._handle_invocation(request)
         if ENVELOPE_KEY in payload:
             try:
-                invocation = InvocationRequest.parse(payload.pop(ENVELOPE_KEY))
+                invocation = InvocationRequest.parse(payload.pop(ENVELOPE_KEY), self.invocation_ids)
             except ValueError as exc:
                 return JSONResponse({"error": str(exc)}, status_code=400)
         else:
@@ -79,8 +93,20 @@ class AgentCoreRuntimeApp(BedrockAgentCoreApp):
         task.add_done_callback(self._log_failure)
         try:
             return JSONResponse(await asyncio.shield(task))
+        except InvalidInvocationError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
         except Exception as exc:
             return JSONResponse({"error": str(exc)}, status_code=500)
+
+    def _check_start(self, payload: dict[str, Any]) -> None:
+        """Refuse a new start by raising :class:`InvalidInvocationError` (answered 400, nothing recorded).
+
+        Called only for an invocation id not seen before: a repeated start answers with what is known.
+        """
+
+    def _error_value(self, exc: Exception) -> Any:
+        """The ``error`` recorded for an invocation whose handler raised ``exc``: its message."""
+        return str(exc)
 
     async def _answer(
         self, invocation: InvocationRequest, handler: Callable[..., Any], context: Any, payload: dict[str, Any]
@@ -100,6 +126,7 @@ class AgentCoreRuntimeApp(BedrockAgentCoreApp):
             elif invocation.operation == "get":
                 snapshot = state(invocation_id, "not_found")
             else:
+                self._check_start(payload)
                 await asyncio.to_thread(self._store.start, session_id, invocation_id)
                 busy = self.add_async_task(getattr(handler, "__name__", "invocation"))
                 execution = asyncio.create_task(self._execute(invocation_id, busy, handler, context, payload))
@@ -123,7 +150,7 @@ class AgentCoreRuntimeApp(BedrockAgentCoreApp):
             except Exception as exc:
                 self.logger.exception("Invocation %s failed", invocation_id)
                 finished = state(invocation_id, "completed")
-                finished["error"] = str(exc)
+                finished["error"] = self._error_value(exc)
                 await asyncio.to_thread(self._store.finish, session_id, finished)
             return finished
         finally:

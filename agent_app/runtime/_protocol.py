@@ -10,16 +10,39 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
-__all__ = ["ENVELOPE_KEY", "VERSION", "InvocationRequest", "InvocationState", "checked_state", "state"]
+from rollout_contract.invocations import ENVELOPE_KEY, STATUSES, VERSION, InvocationStatus
 
-ENVELOPE_KEY = "_agentcore_runtime"
-VERSION = 1
-Status = Literal["in_progress", "completed", "interrupted", "not_found"]
-STATUSES: tuple[Status, ...] = ("in_progress", "completed", "interrupted", "not_found")
+__all__ = [
+    "ENVELOPE_KEY",
+    "INVOCATION_IDS",
+    "VERSION",
+    "InvalidInvocationError",
+    "InvocationIdRule",
+    "InvocationRequest",
+    "InvocationState",
+    "checked_state",
+    "state",
+]
+
+Status = InvocationStatus
 _ENVELOPE_FIELDS = frozenset({"version", "operation", "invocation_id", "background"})
-_INVOCATION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
+
+
+class InvocationIdRule(NamedTuple):
+    """Which invocation ids an app accepts: the pattern, and its characters in words (for the error)."""
+
+    pattern: re.Pattern[str]
+    characters: str
+
+
+#: The invocation ids ART's runtime accepts.
+INVOCATION_IDS = InvocationIdRule(re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}"), "letters, digits, '_' or '-'")
+
+
+class InvalidInvocationError(ValueError):
+    """A request the app refuses before anything is recorded (answered with 400)."""
 
 
 class InvocationState(TypedDict):
@@ -50,8 +73,8 @@ class InvocationRequest:
     background: bool = False
 
     @classmethod
-    def parse(cls, envelope: object) -> InvocationRequest:
-        """Read an envelope.
+    def parse(cls, envelope: object, invocation_ids: InvocationIdRule = INVOCATION_IDS) -> InvocationRequest:
+        """Read an envelope whose id follows ``invocation_ids`` (ART's runtime's rule unless another is given).
 
         Raises:
             ValueError: anything but a version-1 start or get with a valid id; the message names the field.
@@ -66,10 +89,10 @@ class InvocationRequest:
         if operation not in ("start", "get"):
             raise ValueError(f"{ENVELOPE_KEY}.operation must be 'start' or 'get'")
         invocation_id = envelope.get("invocation_id")
-        if not isinstance(invocation_id, str) or not _INVOCATION_ID.fullmatch(invocation_id):
+        if not isinstance(invocation_id, str) or not invocation_ids.pattern.fullmatch(invocation_id):
             raise ValueError(
-                f"{ENVELOPE_KEY}.invocation_id must be 1-128 letters, digits, '_' or '-', starting with a letter "
-                "or digit"
+                f"{ENVELOPE_KEY}.invocation_id must be 1-128 {invocation_ids.characters}, starting with a letter or "
+                "digit"
             )
         background = envelope.get("background", False)
         if not isinstance(background, bool):

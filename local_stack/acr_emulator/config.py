@@ -86,6 +86,12 @@ class RuntimeConfig(BaseModel):
     invoke_tps: float = Field(default=DEFAULT_INVOKE_TPS, gt=0)
     warm_pool_size: int = Field(default=0, ge=0)
     cold_start_delay: ColdStartDelay = ColdStartDelay()
+    memory_limit_mb: int | None = Field(
+        default=None,
+        gt=0,
+        description="Address space each session's process (and each process it starts) may map, in MiB; None: no "
+        "limit. ACR gives a session a microVM of 8 GB; this is a per-process limit, not a total.",
+    )
     preload: tuple[str, ...] = Field(
         default=(),
         description="Modules a fork-server template imports once; each session is forked from it. Empty: off.",

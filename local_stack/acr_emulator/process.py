@@ -10,8 +10,10 @@ are driven the same way from then on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -98,6 +100,22 @@ async def _exec(command: tuple[str, ...], *, env: dict[str, str], cwd: Path, out
         )
     except OSError as e:
         raise RuntimeClientError(f"could not start the agent process {command[0]!r}: {e}") from e
+
+
+def _limit_memory(pid: int, megabytes: int) -> None:
+    """Cap the address space of process ``pid`` (and of every process it starts later) at ``megabytes`` MiB.
+
+    Set just after the start, before the agent has imported much: a microVM's memory is fixed from its first
+    instruction, and a fork server's template (which imported the preloaded modules) stays unlimited.
+
+    Raises:
+        RuntimeClientError: the limit could not be set (the process is gone, or the OS refused it).
+    """
+    limit = megabytes * 1024 * 1024
+    try:
+        resource.prlimit(pid, resource.RLIMIT_AS, (limit, limit))
+    except (OSError, ValueError) as e:
+        raise RuntimeClientError(f"could not limit the agent process's memory to {megabytes} MiB: {e}") from e
 
 
 def listening_ports(pgid: int) -> set[int]:
@@ -196,13 +214,19 @@ class AgentProcess:
         cwd = runtime.working_dir or work
         log_path = log_dir / f"{root.name}.log" if log_dir else None
         log = None
+        proc: ProcessHandle | None = None
         try:
             if fork_server is not None:
-                proc: ProcessHandle = await fork_server.spawn(env=env, cwd=cwd, log=log_path, deadline=deadline)
+                proc = await fork_server.spawn(env=env, cwd=cwd, log=log_path, deadline=deadline)
             else:
                 log = open(log_path, "ab") if log_path else None
                 proc = await _exec(runtime.command, env=env, cwd=cwd, out=log or sys.stderr)
+            if runtime.memory_limit_mb is not None:
+                _limit_memory(proc.pid, runtime.memory_limit_mb)
         except BaseException:
+            if proc is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
             if log:
                 log.close()
             shutil.rmtree(root, ignore_errors=True)

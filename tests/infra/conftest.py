@@ -27,6 +27,8 @@ from rollout_contract.resources import SHARED_STACK_NAME
 
 #: Two experiments, one name a prefix of the other (their runtimes must not share a role).
 EXPERIMENTS = ("alpha", "alpha-2")
+#: The experiment deployed with ``-c sandbox=true`` (its runtime hosts the sandbox daemon), so nag checks both kinds.
+SANDBOX_EXPERIMENT = "alpha-2"
 ACCOUNT = "123456789012"
 REGION = "us-west-2"
 MODES = ("agnostic", "bound")
@@ -51,13 +53,23 @@ class Synthesized:
 
 
 def synthesize(outdir: Path, *, env: Environment | None, experiments: tuple[str, ...] = EXPERIMENTS) -> Synthesized:
-    """Synthesize the shared stack and ``experiments`` (image tag ``v1``) with cdk-nag, into ``outdir``."""
+    """Synthesize the shared stack and ``experiments`` (image tag ``v1``; :data:`SANDBOX_EXPERIMENT` with
+    ``-c sandbox=true``) with cdk-nag, into ``outdir``."""
     app = App(outdir=str(outdir))
     add_nag_checks(app)
     shared = build_shared(app, env=env)
     stacks = {
         exp_id: build_experiment(
-            app, experiment_settings({"experiment": exp_id, "image_tag": "v1"}), shared=shared, env=env
+            app,
+            experiment_settings(
+                {
+                    "experiment": exp_id,
+                    "image_tag": "v1",
+                    **({"sandbox": "true"} if exp_id == SANDBOX_EXPERIMENT else {}),
+                }
+            ),
+            shared=shared,
+            env=env,
         )
         for exp_id in experiments
     }

@@ -20,16 +20,20 @@ from infra.nag import add_nag_checks
 from rollout_contract.budgets import SESSION_BUDGET_ID
 from rollout_contract.keys import experiment_prefix, payload_ref_prefix
 from rollout_contract.metrics import NAMESPACE, OVERDUE
+from rollout_contract.protocol import DEFAULT_INVOKE_TPS
 from rollout_contract.resources import (
     AGENT_REPOSITORY_NAME,
     BUDGET_TABLE,
+    DEFAULT_SESSION_BUDGET,
     ExperimentDescriptor,
+    ExperimentKind,
     ExperimentResources,
     HandlerSettings,
     QueueSpec,
     result_event_pattern,
 )
-from tests.infra.conftest import MODES, SYNTH_TIMEOUT_S, Synthesized
+from rollout_contract.sandbox import SANDBOX_SESSION_PREFIX
+from tests.infra.conftest import MODES, SANDBOX_EXPERIMENT, SYNTH_TIMEOUT_S, Synthesized
 from trainer_client.doctor import policy_lets_rule_send
 
 #: The first test also pays for the session's synth of two apps (minutes on a busy machine).
@@ -496,6 +500,49 @@ def test_trainer_role_grants_exactly_what_a_trainer_needs(synth: Synthesized) ->
         "alive_until",
         "expires_at",
     ]
+
+
+def test_a_sandbox_experiments_trainer_may_run_sandboxes_in_the_shared_budgets_and_no_more(synth: Synthesized) -> None:
+    # GIVEN alpha-2, deployed with -c sandbox=true, and alpha (an agent experiment)
+    template = synth.experiments[SANDBOX_EXPERIMENT]
+    names = ExperimentResources.for_experiment(SANDBOX_EXPERIMENT)
+    table = f"<{_logical_id(template, 'AWS::DynamoDB::Table', TableName=names.sessions_table.name)}.Arn>"
+    runtime = next(iter(_resources(template, "AWS::BedrockAgentCore::Runtime")))
+    runtime_arn = f"<{runtime}.AgentRuntimeArn>"
+    budget_table = f"arn:<AWS::Partition>:dynamodb:<AWS::Region>:<AWS::AccountId>:table/{BUDGET_TABLE.name}"
+    statements = {s.get("Sid"): s for s in _statements(template, "TrainerPolicy")}
+    # THEN its trainer may invoke and stop its runtime's sessions
+    assert _grants([statements["RunSandboxes"]]) == {
+        (action, resource)
+        for action in ("bedrock-agentcore:InvokeAgentRuntime", "bedrock-agentcore:StopRuntimeSession")
+        for resource in (runtime_arn, f"{runtime_arn}/*")
+    }
+    # AND read and update sandbox sessions' items only, and the two budget items its functions use
+    assert _grants([statements["RecordSandboxes"]]) == {("dynamodb:GetItem", table), ("dynamodb:UpdateItem", table)}
+    assert statements["RecordSandboxes"]["Condition"] == {
+        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{SANDBOX_SESSION_PREFIX}*"]}
+    }
+    assert _grants([statements["SpendBudgets"]]) == {
+        ("dynamodb:GetItem", budget_table),
+        ("dynamodb:UpdateItem", budget_table),
+    }
+    functions_budget = next(s for s in _statements(template, "WorkersSweeperRole") if s["Resource"] == budget_table)
+    assert statements["SpendBudgets"]["Condition"] == functions_budget["Condition"]
+    assert functions_budget["Condition"]["ForAllValues:StringEquals"]["dynamodb:LeadingKeys"] == [
+        SESSION_BUDGET_ID,
+        f"tps#{runtime_arn}#DEFAULT",
+    ]
+    # AND its descriptor says it hosts sandboxes, with the budgets its functions keep
+    parameter = _one(template, "AWS::SSM::Parameter", Name=names.descriptor_parameter)
+    descriptor = ExperimentDescriptor.model_validate_json(_render(parameter["Properties"]["Value"]))
+    assert (descriptor.kind, descriptor.tps_limit, descriptor.session_budget) == (
+        ExperimentKind.SANDBOX,
+        DEFAULT_INVOKE_TPS,
+        DEFAULT_SESSION_BUDGET,
+    )
+    # AND an agent experiment's trainer gets none of it
+    agent_statements = _statements(synth.experiments["alpha"], "TrainerPolicy")
+    assert not {"RunSandboxes", "RecordSandboxes", "SpendBudgets"} & {s.get("Sid") for s in agent_statements}
 
 
 def test_descriptor_parameter_holds_a_valid_experiment_descriptor(synth: Synthesized) -> None:

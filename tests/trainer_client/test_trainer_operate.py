@@ -8,6 +8,7 @@ import time
 import boto3
 import pytest
 
+from rollout_contract.sandbox import new_sandbox_session_id
 from rollout_contract.sessions import (
     ATTR_DEADLINE_AT,
     ATTR_EXP_ID,
@@ -103,3 +104,23 @@ def test_cancel_of_an_unknown_or_ended_rollout_says_so(descriptor, rollouts, bac
     assert f"no rollout {unknown} recorded in {descriptor.exp_id}'s sessions table" in out
     assert f"rollout {rollouts['fin-e']} already ended (succeeded): nothing to cancel" in out
     assert "nothing to cancel" in out.splitlines()[-1]
+
+
+def test_sandboxes_are_listed_apart_and_never_sent_a_cancel(descriptor, rollouts, backend, capsys):
+    # GIVEN a sandbox running beside the rollouts (same table, same session budget)
+    sandbox = new_sandbox_session_id()
+    record(descriptor, sandbox, "running", "task-7", deadline_in=600)
+    # WHEN the sessions are listed, THEN the sandbox follows the rollouts under its own heading
+    assert main(["sessions", descriptor.exp_id]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("3 rollouts in flight (1 admitted, 2 running)")
+    assert lines[5].startswith("1 sandboxes in flight (1 running)")
+    assert lines[7].split()[:3] == [sandbox, "task-7", "running"]
+    assert main(["sessions", descriptor.exp_id, "--json"]) == 0
+    kinds = {row["session_id"]: row["kind"] for row in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert kinds[sandbox] == "sandbox" and kinds[rollouts["run-a"]] == "rollout"
+    # AND cancel names it as a sandbox and --all passes it by (a cancel request for it would be refused)
+    assert main(["cancel", descriptor.exp_id, "--session", sandbox]) == 1
+    assert f"{sandbox} is a sandbox, not a rollout" in capsys.readouterr().out
+    assert main(["cancel", descriptor.exp_id, "--all"]) == 0
+    assert sandbox not in {c.session_id for c in backend.receive(4)}

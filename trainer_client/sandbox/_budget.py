@@ -1,0 +1,215 @@
+"""A sandbox's session slot and invoke tokens, taken through the experiment functions' own budget code (D70).
+
+Sandbox calls are synchronous (a command's result is the invoke's answer), so they cannot ride the dispatch
+queue; the trainer takes what a dispatcher would, with the same code on the same DynamoDB items: the slot with
+``lambdas.ledger.Ledger`` (one transaction that records the sandbox in the sessions table and counts it in the
+account-wide session budget; its deadline is then the sweeper's business), each call's token with
+``lambdas.tps.TpsBudget`` through ``lambdas.acr.Acr`` (invokes reserve at most 1 s ahead, so the functions'
+stops keep precedence). The trainer role's grants for this are scoped to sandbox keys and those two budget
+items (``infra/trainer_access.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lambdas.acr import Acr
+from lambdas.exceptions import AcrCallError, NoTokenError, RetryableAcrError
+from lambdas.ledger import Admission, Ledger, Transition
+from lambdas.slot_wait import SlotWaiter
+from lambdas.tps import TpsBudget
+from rollout_contract.keys import ResultKey
+from rollout_contract.protocol import RETRYABLE_ERROR_CODES
+from rollout_contract.results import Status
+from trainer_client.sandbox._types import SandboxCapacityError, SandboxError, SandboxProtocolError
+
+if TYPE_CHECKING:
+    from rollout_contract import ExperimentDescriptor
+
+__all__ = ["SandboxBudget", "SandboxStart", "StillRunning"]
+
+logger = logging.getLogger("trainer_client.sandbox")
+
+#: Longest wait for a stop's token (stops may reserve this far ahead, as the functions' do).
+STOP_TOKEN_WAIT_S = 5.0
+#: Attempts (default) of one call that fails in a way that may pass (throttled, a cold start's 424, 5xx, no connection):
+#: every sandbox request is idempotent (a command is addressed by its invocation id), so a retry is safe.
+CALL_ATTEMPTS = 5
+_BACKOFF_S = (0.5, 1.0, 2.0, 4.0)
+#: botocore's error when a call's answer did not come within the client's read timeout: the command still runs.
+_READ_TIMEOUT = "ReadTimeoutError"
+
+
+class StillRunning(Exception):
+    """A waiting call ended before its command did (the client's read timeout, or ACR's 15-minute limit)."""
+
+
+@dataclass(frozen=True)
+class SandboxStart:
+    """What the sessions table records when a sandbox takes its slot (``lambdas.ledger.Ledger.start``'s arguments)."""
+
+    exp_id: str
+    input_id: str
+    session_id: str
+    trainer: str
+    submitted_at: float
+    #: The latest deadline (start limit + lifetime), until the started sandbox's own replaces it.
+    deadline_at: float
+
+    @property
+    def key(self) -> ResultKey:
+        """The ids of the sandbox's sessions-table item."""
+        return ResultKey(self.exp_id, self.input_id, self.session_id)
+
+
+class SandboxBudget:
+    """The slot, tokens and session calls of one sandbox experiment, for one client (thread-safe)."""
+
+    def __init__(
+        self,
+        descriptor: ExperimentDescriptor,
+        *,
+        agentcore: Any,
+        dynamodb: Any,
+        trainer_id: str,
+        attempts: int = CALL_ATTEMPTS,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if attempts < 1:
+            raise ValueError(f"max_retry_attempts must be at least 1, got {attempts}")
+        self.trainer_id = trainer_id
+        self._attempts = attempts
+        self._clock, self._sleep = clock, sleep
+        self.ledger = Ledger(
+            dynamodb,
+            sessions_table=descriptor.sessions_table,
+            budget_table=descriptor.budget_table,
+            exp_id=descriptor.exp_id,
+            session_budget=descriptor.session_budget,
+            sleep=sleep,
+        )
+        tps = TpsBudget(
+            dynamodb,
+            table=descriptor.budget_table,
+            runtime_arn=descriptor.runtime_arn,
+            qualifier=descriptor.runtime_qualifier,
+            limit=descriptor.tps_limit,
+            clock=clock,
+            sleep=sleep,
+        )
+        self.acr = Acr(
+            agentcore,
+            tps=tps,
+            runtime_arn=descriptor.runtime_arn,
+            qualifier=descriptor.runtime_qualifier,
+            max_wait_s=STOP_TOKEN_WAIT_S,
+        )
+        self.slots = SlotWaiter(self.ledger.free_slots, clock=clock, sleep=sleep)
+
+    def admit(self, start: SandboxStart, *, until: float) -> None:
+        """Record the sandbox and take its session slot, waiting for one until ``until`` (unix s).
+
+        Raises:
+            SandboxCapacityError: no slot came free in time.
+            SandboxError: the session id was used before.
+        """
+        while True:
+            started = self.ledger.start(
+                start.key,
+                submitted_at=start.submitted_at,
+                deadline_at=start.deadline_at,
+                trainer=start.trainer,
+                owner=self.trainer_id,
+                lease_until=start.deadline_at,
+            )
+            if started.admission is Admission.ADMITTED:
+                return
+            if started.admission is Admission.STATE_CHANGED:
+                raise SandboxError(
+                    f"session id {start.session_id} was used before; start the sandbox under a new one (or none)"
+                )
+            if not self.slots.wait(until):
+                raise SandboxCapacityError(
+                    "no session slot came free within the queue timeout: every slot of the account's session budget "
+                    "is held (rollouts and sandboxes of every experiment); terminate sandboxes you no longer need, "
+                    "or give SandboxClient a longer queue_timeout"
+                )
+
+    def mark_running(self, session_id: str, *, started_at: float, deadline_at: float) -> bool:
+        """Give the started sandbox its deadline; ``False`` when it ended meanwhile (the sweeper stopped it)."""
+        return self.ledger.mark_running(
+            session_id, owner=self.trainer_id, dispatched_at=started_at, deadline_at=deadline_at
+        )
+
+    def call(self, session_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """Invoke the sandbox with ``payload`` under the invoke budget; its JSON answer.
+
+        Raises:
+            StillRunning: the answer did not come within the client's read timeout (a command still runs).
+            AcrCallError: the call failed for good, or kept failing (``RetryableAcrError``).
+            SandboxProtocolError: the answer is not a JSON object.
+        """
+        body = Acr.encode(payload)
+        for attempt in range(self._attempts):
+            try:
+                raw = self._invoke(session_id, body)
+                break
+            except RetryableAcrError as exc:
+                if exc.code == _READ_TIMEOUT:
+                    raise StillRunning(str(exc)) from exc
+                if attempt == self._attempts - 1 or not _transient(exc):
+                    raise
+                self._sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])
+        try:
+            answer = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise SandboxProtocolError(
+                f"the runtime's answer is not JSON (is the sandbox image deployed?): {raw[:500]!r}"
+            ) from None
+        if not isinstance(answer, dict):
+            raise SandboxProtocolError(f"the runtime's answer is not a JSON object: {raw[:500]!r}")
+        return answer
+
+    def terminate(self, start_key: ResultKey) -> None:
+        """Stop the sandbox's session and free its slot; when the stop fails, the next sweep stops it (never raises)."""
+        try:
+            self.acr.stop(start_key.session_id)
+        except (AcrCallError, NoTokenError) as exc:
+            logger.warning(
+                "could not stop sandbox %s (%s); its deadline is now, so the sweeper stops it on its next run",
+                start_key.session_id,
+                exc,
+            )
+            self.ledger.expire(start_key.session_id, now=self._clock())
+            return
+        transition = self.ledger.finish(start_key, status=Status.SUCCEEDED, finished_at=self._clock())
+        if transition is Transition.ALREADY_FINISHED:
+            logger.info("sandbox %s was already finished (its deadline passed)", start_key.session_id)
+
+    def abandon(self, start_key: ResultKey) -> None:
+        """End a sandbox whose start failed: stop whatever started and free the slot (never raises)."""
+        try:
+            self.acr.stop(start_key.session_id)
+        except (AcrCallError, NoTokenError) as exc:
+            logger.warning("could not stop the failed sandbox %s: %s", start_key.session_id, exc)
+        self.ledger.finish(start_key, status=Status.DISPATCH_FAILED, finished_at=self._clock())
+
+    def _invoke(self, session_id: str, body: bytes) -> bytes:
+        """Invoke in a reserved slot, waiting as long as the budget needs (an invoke reserves 1 s ahead at most,
+        so the functions' stops keep precedence)."""
+        while True:
+            try:
+                return self.acr.invoke(session_id, body, slot_start=self.acr.reserve_invoke())
+            except NoTokenError as exc:
+                self._sleep(exc.retry_after_s)
+
+
+def _transient(exc: RetryableAcrError) -> bool:
+    """Whether a retryable failure may pass on a retry soon: ACR's retryable codes, 5xx, no connection."""
+    return exc.code in RETRYABLE_ERROR_CODES or exc.http_status >= 500 or exc.http_status == 0
