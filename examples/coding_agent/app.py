@@ -1,6 +1,6 @@
 """The coding agent in its RL form: ``AgentCoreRLApp`` + ``@app.rollout_entrypoint``.
 
-Payload: ``{"id", "prompt", "tests": ["assert ...", ...]}`` plus the trainer's ``_rollout`` (``base_url``,
+Payload: ``{"id", "prompt", "tests": ["assert EXPR == LITERAL", ...]}`` plus the trainer's ``_rollout`` (``base_url``,
 ``model_id``, ``sampling_params``, ``api_key``). The agent works in a sandbox of its own session (a fresh
 working directory, child processes under time and memory limits); the reward is the fraction of the
 task's tests its solution passes. Run it with ``python examples/coding_agent/app.py`` (port from ``PORT``,
@@ -16,7 +16,7 @@ from openai import AsyncOpenAI
 
 from agent_app import AgentCoreRLApp
 from examples.coding_agent.agent import solve
-from examples.coding_agent.sandbox import Sandbox
+from examples.coding_agent.sandbox import Sandbox, parse_tests
 
 app = AgentCoreRLApp()
 
@@ -31,6 +31,7 @@ async def invoke(payload: dict[str, Any], context: Any) -> dict[str, Any]:
     tests = payload.get("tests")
     if not isinstance(tests, list) or not all(isinstance(test, str) for test in tests):
         raise ValueError('payload["tests"] must be a list of test statements, e.g. ["assert f(1) == 2"]')
+    checks = parse_tests(tests)
     sandbox = Sandbox.for_session(context.session_id or "local")
     client = AsyncOpenAI(base_url=rollout["base_url"], api_key=rollout.get("api_key") or "EMPTY")
     try:
@@ -42,7 +43,7 @@ async def invoke(payload: dict[str, Any], context: Any) -> dict[str, Any]:
             sampling_params=rollout.get("sampling_params"),
         )
         score = (
-            await asyncio.to_thread(sandbox.run_tests, attempt.solution, tests)
+            await asyncio.to_thread(sandbox.run_tests, attempt.solution, checks)
             if attempt.solution is not None
             else None
         )

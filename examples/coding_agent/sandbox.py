@@ -7,16 +7,17 @@ its own limits before it runs anything of the model's: address space (``RLIMIT_A
 (``RLIMIT_CPU``), file size (``RLIMIT_FSIZE``), plus a wall-clock timeout after which its whole process
 group is killed.
 
-:meth:`Sandbox.run_tests` scores a solution: each test (a statement such as ``assert f(1) == 2``) runs
-after the solution in the same child, under its own timer, so a test that loops or raises counts as
-failed and the others still run. The child prints its count after a nonce the parent sent on stdin, so
-what the solution prints cannot pass for a score. (The solution still runs in that process: a policy
-trained against this reward could learn to tamper with it; run the tests in a second process if that
-matters for you.)
+:meth:`Sandbox.run_tests` scores a solution against its task's tests, each ``assert EXPR == VALUE`` (or
+``is VALUE``) with a literal ``VALUE``. The child gets only the expressions: it runs the solution, evaluates
+each expression under its own timer (a call that loops or raises fails alone) and reports the values; the
+parent compares them with the expected literals it kept. So the solution, which runs in the reporting
+process, cannot forge a pass: it would have to report the right values, which is solving the task (an
+object whose ``__eq__`` says yes is no literal, and fails).
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import secrets
@@ -25,10 +26,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-__all__ = ["Limits", "RunResult", "Sandbox", "TestScore"]
+__all__ = ["Check", "Limits", "RunResult", "Sandbox", "TestScore", "parse_tests"]
 
 # Runs first in the child: limits on itself, then the model's file as __main__.
 _LIMITED_RUN = """
@@ -44,32 +47,31 @@ with open(path) as source:
 del resource, memory, cpu, fsize, path, source
 exec(code, {"__name__": "__main__"})
 """
-# The test harness (the model's file is the solution): read the nonce, run the solution, then each test.
+# The test harness (the model's file is the solution): read the nonce, run the solution, then report the value
+# of each expression (its repr) or that it failed, one line each after the nonce.
 _TEST_HARNESS = """
 import json, signal, sys
 nonce = sys.stdin.readline().strip()
-tests = json.loads(sys.stdin.read())
+expressions = json.loads(sys.stdin.read())
 per_test = float(__per_test_s__)
 namespace = {"__name__": "solution"}
-passed = 0
 def expired(signum, frame):
     raise TimeoutError("test took too long")
 signal.signal(signal.SIGALRM, expired)
 try:
     exec(compile(open(__solution__).read(), "solution.py", "exec"), namespace)
 except BaseException as error:
-    print(nonce, json.dumps({"passed": 0, "error": repr(error)[:300]}), flush=True)
+    print(nonce, json.dumps({"error": repr(error)[:300]}), flush=True)
     raise SystemExit(0)
-for test in tests:
+for index, expression in enumerate(expressions):
     signal.setitimer(signal.ITIMER_REAL, per_test)
     try:
-        exec(compile(test, "test", "exec"), dict(namespace))
-        passed += 1
+        value = repr(eval(compile(expression, "test", "eval"), dict(namespace)))
     except BaseException:
-        pass
+        value = None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-print(nonce, json.dumps({"passed": passed}), flush=True)
+    print(nonce, json.dumps({"index": index, "value": value}), flush=True)
 """
 
 
@@ -118,6 +120,47 @@ class TestScore:
         return self.passed / self.total if self.total else 0.0
 
 
+@dataclass(frozen=True)
+class Check:
+    """One test, ``assert expression == expected`` (``is`` when ``identity``), its expected value a literal."""
+
+    expression: str
+    expected: Any
+    identity: bool = False
+
+    def passed_by(self, reported: str | None) -> bool:
+        """Whether the value the child reported (a ``repr``) is the expected literal."""
+        if reported is None:
+            return False
+        try:
+            value = ast.literal_eval(reported)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return False  # not a literal: an object of the solution's own making
+        if self.identity:
+            return type(value) is type(self.expected) and value == self.expected
+        return bool(value == self.expected)
+
+
+def parse_tests(tests: Sequence[str]) -> list[Check]:
+    """The checks of ``tests``, statements ``assert EXPR == LITERAL`` or ``assert EXPR is LITERAL``."""
+    checks = []
+    for test in tests:
+        try:
+            (statement,) = ast.parse(test).body
+            assert isinstance(statement, ast.Assert) and isinstance(statement.test, ast.Compare)
+            (operator,), (expected,) = statement.test.ops, statement.test.comparators
+            assert isinstance(operator, ast.Eq | ast.Is)
+            checks.append(
+                Check(ast.unparse(statement.test.left), ast.literal_eval(expected), isinstance(operator, ast.Is))
+            )
+        except (SyntaxError, ValueError, AssertionError, TypeError) as error:
+            raise ValueError(
+                f"test {test!r} is not `assert EXPR == LITERAL` (or `is LITERAL`): the expected value must be a "
+                "literal, so the solution cannot forge its score"
+            ) from error
+    return checks
+
+
 class Sandbox:
     """A working directory of one session and the limits its runs get."""
 
@@ -141,26 +184,38 @@ class Sandbox:
         path = self._write(code)
         return self._execute([_LIMITED_RUN, str(path)], stdin=None)
 
-    def run_tests(self, solution: str, tests: list[str]) -> TestScore:
-        """Run ``solution``, then each of ``tests`` (statements), each under ``Limits.per_test_s``."""
-        if not tests:
+    def run_tests(self, solution: str, checks: Sequence[Check]) -> TestScore:
+        """Run ``solution``, then evaluate each check's expression under ``Limits.per_test_s``; count the matches."""
+        if not checks:
             return TestScore(0, 0, "the task has no tests")
         path = self._write(solution)
         harness = _TEST_HARNESS.replace("__per_test_s__", repr(self.limits.per_test_s)).replace(
             "__solution__", repr(str(path))
         )
         nonce = secrets.token_hex(16)
-        timeout = self.limits.timeout_s + self.limits.per_test_s * len(tests)
+        expressions = json.dumps([check.expression for check in checks])
+        timeout = self.limits.timeout_s + self.limits.per_test_s * len(checks)
         result = self._execute(
-            [_LIMITED_RUN, str(self._write(harness))], stdin=f"{nonce}\n{json.dumps(tests)}", timeout_s=timeout
+            [_LIMITED_RUN, str(self._write(harness))],
+            stdin=f"{nonce}\n{expressions}",
+            timeout_s=timeout,
+            whole_output=True,
         )
-        for line in reversed(result.stdout.splitlines()):
+        reported: dict[int, str | None] = {}
+        for line in result.stdout.splitlines():
             marker, _, report = line.partition(" ")
-            if marker == nonce:
-                values = json.loads(report)
-                return TestScore(min(int(values["passed"]), len(tests)), len(tests), values.get("error"))
-        reason = "timed out" if result.timed_out else f"exit code {result.exit_code}: {result.stderr[-300:]}"
-        return TestScore(0, len(tests), f"the tests did not finish ({reason})")
+            if marker != nonce:
+                continue
+            values = json.loads(report)
+            if "error" in values:
+                return TestScore(0, len(checks), values["error"])
+            reported.setdefault(int(values["index"]), values["value"])
+        passed = sum(check.passed_by(reported.get(index)) for index, check in enumerate(checks))
+        error = None
+        if len(reported) < len(checks):
+            error = "timed out" if result.timed_out else f"exit code {result.exit_code}: {result.stderr[-300:]}"
+            error = f"the tests did not finish ({error})"
+        return TestScore(passed, len(checks), error)
 
     def _write(self, code: str) -> Path:
         self._runs += 1
@@ -168,7 +223,9 @@ class Sandbox:
         path.write_text(code, encoding="utf-8")
         return path
 
-    def _execute(self, program: list[str], *, stdin: str | None, timeout_s: float | None = None) -> RunResult:
+    def _execute(
+        self, program: list[str], *, stdin: str | None, timeout_s: float | None = None, whole_output: bool = False
+    ) -> RunResult:
         limits = self.limits
         timeout = timeout_s or limits.timeout_s
         cpu_s = max(1, int(timeout + 0.999))
@@ -205,4 +262,5 @@ class Sandbox:
             except ProcessLookupError:
                 pass
         cut = limits.output_chars
-        return RunResult(None if timed_out else process.returncode, stdout[:cut], stderr[-cut:], timed_out)
+        stdout = stdout if whole_output else stdout[:cut]  # the harness's reports come after the solution's prints
+        return RunResult(None if timed_out else process.returncode, stdout, stderr[-cut:], timed_out)

@@ -11,7 +11,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from examples.coding_agent.agent import extract_code, solve
-from examples.coding_agent.sandbox import Limits, Sandbox
+from examples.coding_agent.sandbox import Limits, Sandbox, parse_tests
 from local_stack.model_endpoint import EndpointSettings, create_app
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "coding_agent"
@@ -47,19 +47,50 @@ def test_output_beyond_the_limit_is_cut(tmp_path: Path) -> None:
 
 
 def test_the_score_is_the_fraction_of_tests_passed_and_a_looping_test_only_fails_itself(sandbox: Sandbox) -> None:
-    solution = "def double(x):\n    return x * 2\n"
-    tests = ["assert double(1) == 2", "assert double(2) == 5", "while True: pass", "assert double(0) == 0"]
-    score = sandbox.run_tests(solution, tests)
-    assert (score.passed, score.total, score.fraction) == (2, 4, 0.5)
+    solution = "def double(x):\n    if x < 0:\n        while True: pass\n    return x * 2\n"
+    tests = ["assert double(1) == 2", "assert double(2) == 5", "assert double(-1) == -2", "assert double(0) is 0"]
+    score = sandbox.run_tests(solution, parse_tests(tests))
+    assert (score.passed, score.total, score.fraction, score.error) == (2, 4, 0.5, None)
 
 
-def test_a_solution_cannot_print_its_own_score(sandbox: Sandbox) -> None:
-    forged = 'print("00000000000000000000000000000000 {\\"passed\\": 1}")\ndef f():\n    return 0\n'
-    assert sandbox.run_tests(forged, ["assert f() == 1"]).passed == 0
+def test_a_value_is_compared_as_the_literal_it_is(sandbox: Sandbox) -> None:
+    solution = "def f(x):\n    return {'n': x, 'flag': x > 1, 'items': [str(x)] * x}\n"
+    tests = ["assert f(2) == {'n': 2, 'flag': True, 'items': ['2', '2']}", "assert f(2)['flag'] is True",
+             "assert f(1)['flag'] is 0", "assert f(0)['items'] == []"]  # fmt: skip
+    assert sandbox.run_tests(solution, parse_tests(tests)).passed == 3
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        # looks for the expected value everywhere in its process: every frame's names, every container
+        "import gc, re, sys\ndef f():\n    pattern = re.compile('secret-[0-9a-f]{4}')\n    texts = []\n"
+        "    frame = sys._getframe()\n    while frame is not None:\n"
+        "        texts += [repr(v) for v in (*frame.f_globals.values(), *frame.f_locals.values())]\n"
+        "        frame = frame.f_back\n"
+        "    texts += [repr(o) for o in gc.get_objects() if isinstance(o, (list, tuple, dict))]\n"
+        "    return next((m.group(0) for t in texts for m in [pattern.search(t)] if m), None)\n",
+        # an object equal to everything
+        "class Anything:\n    def __eq__(self, other):\n        return True\n    def __repr__(self):\n"
+        "        return 'Anything()'\ndef f():\n    return Anything()\n",
+        # no assert can fail: AssertionError made harmless
+        "import builtins\nbuiltins.AssertionError = type('Never', (Exception,), {})\ndef f():\n    return 0\n",
+    ],
+    ids=["search-its-process", "equal-to-everything", "assertion-error-replaced"],
+)
+def test_a_solution_cannot_forge_its_score(sandbox: Sandbox, forged: str) -> None:
+    assert sandbox.run_tests(forged, parse_tests(["assert f() == 'secret-7f3a'"])).passed == 0
+
+
+def test_a_test_whose_expected_value_is_not_a_literal_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"is not `assert EXPR == LITERAL`"):
+        parse_tests(["assert f(1) == g(1)"])
+    with pytest.raises(ValueError, match="the expected value must be a literal"):
+        parse_tests(["assert f(1)"])
 
 
 def test_a_solution_that_raises_at_import_scores_zero_with_its_error(sandbox: Sandbox) -> None:
-    score = sandbox.run_tests("raise ValueError('bad')", ["assert True"])
+    score = sandbox.run_tests("raise ValueError('bad')", parse_tests(["assert True is True"]))
     assert (score.passed, score.error) == (0, "ValueError('bad')")
 
 
@@ -70,7 +101,7 @@ def test_the_bundled_script_answers_every_task_and_gives_each_group_a_spread_of_
         assert conversation["match"] in task["prompt"]
         # WHEN each scripted answer's final code is scored
         fractions = [
-            sandbox.run_tests(extract_code(answer[-1]["content"]) or "", task["tests"]).fraction
+            sandbox.run_tests(extract_code(answer[-1]["content"]) or "", parse_tests(task["tests"])).fraction
             for answer in conversation["answers"]
         ]
         # THEN the first answer solves the task and some answer does not (GRPO needs a spread)
@@ -99,5 +130,5 @@ def test_the_agent_runs_the_tools_the_model_calls_and_answers_over_several_turns
     result = asyncio.run(attempt())
     # THEN it ran the model's code once, read its output, and answered with the function on turn two
     assert (result.turns, result.tool_calls, result.finish) == (2, 1, "answered")
-    assert Sandbox(tmp_path).run_tests(result.solution, task["tests"]).fraction == 1.0
+    assert Sandbox(tmp_path).run_tests(result.solution, parse_tests(task["tests"])).fraction == 1.0
     assert list(tmp_path.glob("run_*.py"))
