@@ -28,7 +28,9 @@ _APPLY_EDIT = (
     "    sys.exit(f'{old!r} not in {path}')\n"
     "pathlib.Path(path).write_text(text.replace(old, new, 1))\n"
 )
-TEST_COMMAND = ["python3", "-m", "unittest", "-q"]
+#: The repository's tests; ``-B``: no bytecode cache, whose timestamp check (whole seconds and size) would let an
+#: edit made within the second of the first run go unseen.
+TEST_COMMAND = ["python3", "-B", "-m", "unittest", "-q"]
 _RAN = re.compile(r"^Ran (\d+) tests?", re.MULTILINE)
 _FAILED = re.compile(r"^FAILED \((.*)\)$", re.MULTILINE)
 
