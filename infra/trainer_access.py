@@ -26,9 +26,9 @@ from rollout_contract.sandbox import SANDBOX_SESSION_PREFIX
 from rollout_contract.sessions import ATTR_ALIVE_UNTIL, ATTR_TRAINER
 
 INVOKE_RUNTIME = "bedrock-agentcore:InvokeAgentRuntime"
-#: What ``trainer_client.sandbox`` calls on a sandbox's sessions item and on a budget item: reads (attach, the free
-#: slot count) and updates (a transaction is authorized as its updates).
-SANDBOX_ITEM_CALLS = ["dynamodb:GetItem", "dynamodb:UpdateItem"]
+#: What ``trainer_client.sandbox`` calls on a budget item: the free slot count, and updates (a transaction is
+#: authorized as its updates). Of a sandbox's sessions item it reads (``ReadRolloutStatus`` covers) and updates.
+BUDGET_ITEM_CALLS = ["dynamodb:GetItem", "dynamodb:UpdateItem"]
 #: How long one assumed-role session lasts; boto3 renews it on its own for a profile with ``role_arn``.
 TRAINER_SESSION = Duration.hours(12)
 
@@ -154,13 +154,13 @@ class TrainerAccess(Construct):
             ),
             iam.PolicyStatement(
                 sid="RecordSandboxes",
-                actions=SANDBOX_ITEM_CALLS,
+                actions=["dynamodb:UpdateItem"],
                 resources=[self._sessions_table_arn],
                 conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{SANDBOX_SESSION_PREFIX}*"]}},
             ),
             iam.PolicyStatement(
                 sid="SpendBudgets",
-                actions=SANDBOX_ITEM_CALLS,
+                actions=BUDGET_ITEM_CALLS,
                 resources=[budget_table.table_arn],
                 conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": budget_items}},
             ),

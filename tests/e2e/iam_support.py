@@ -1,8 +1,9 @@
 """The CDK app synthesized for the local stack's account and region, in a process of its own.
 
-``python iam_support.py OUTDIR EXPERIMENT`` writes ``shared.json`` and ``experiment.json`` (the two templates)
-and ``roles.json`` (each component's role, by logical id) into OUTDIR. A test starts it first
-(:func:`start_synth`) and reads it last (:func:`synthesized`), so the synth runs while the stack does.
+``python iam_support.py OUTDIR EXPERIMENT [sandbox]`` writes ``shared.json`` and ``experiment.json`` (the two
+templates; ``sandbox``: the experiment deployed with ``-c sandbox=true``) and ``roles.json`` (each component's
+role, by logical id) into OUTDIR. A test starts it first (:func:`start_synth`) and reads it last
+(:func:`synthesized`), so the synth runs while the stack does.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SYNTH_TIMEOUT_S = 600
 
 
-def start_synth(outdir: Path, experiment: str) -> subprocess.Popen[str]:
-    """Start synthesizing the shared stack and ``experiment``'s into ``outdir``."""
+def start_synth(outdir: Path, experiment: str, *, sandbox: bool = False) -> subprocess.Popen[str]:
+    """Start synthesizing the shared stack and ``experiment``'s (a sandbox experiment's) into ``outdir``."""
     outdir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.Popen(
-        [sys.executable, __file__, str(outdir), experiment],
+        [sys.executable, __file__, str(outdir), experiment, *(["sandbox"] if sandbox else [])],
         cwd=PROJECT_ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -41,7 +42,7 @@ def synthesized(process: subprocess.Popen[str], outdir: Path) -> tuple[list[dict
     return templates, json.loads((outdir / "roles.json").read_text())
 
 
-def _synthesize(outdir: Path, experiment: str) -> None:
+def _synthesize(outdir: Path, experiment: str, *, sandbox: bool) -> None:
     from aws_cdk import App, Environment
 
     from infra.app import build_experiment, build_shared
@@ -52,7 +53,9 @@ def _synthesize(outdir: Path, experiment: str) -> None:
     app = App(outdir=str(outdir / "cdk.out"))
     env = Environment(account=LOCAL_ACCOUNT_ID, region=LOCAL_REGION)
     shared = build_shared(app, env=env)
-    settings = experiment_settings({"experiment": experiment, "image_tag": "v1"})
+    settings = experiment_settings(
+        {"experiment": experiment, "image_tag": "v1", **({"sandbox": "true"} if sandbox else {})}
+    )
     stack = build_experiment(app, settings, shared=shared, env=env)
     assembly = app.synth()
     for name, stack_name in (("shared", SHARED_STACK_NAME), ("experiment", stack.stack_name)):
@@ -64,4 +67,4 @@ def _synthesize(outdir: Path, experiment: str) -> None:
 
 
 if __name__ == "__main__":
-    _synthesize(Path(sys.argv[1]), sys.argv[2])
+    _synthesize(Path(sys.argv[1]), sys.argv[2], sandbox=sys.argv[3:] == ["sandbox"])

@@ -13,21 +13,31 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import boto3
 import httpx
 import pytest
 from e2e_support import HERE, serving, wait_until
+from iam_support import start_synth, synthesized
 
 from examples.swe_sandbox.loop import run_episode
 from examples.swe_sandbox.tasks import TASKS, Task
+from local_stack.deployed_policies import DeployedPolicies, audit
+from local_stack.moto_server import LOCAL_ACCOUNT_ID, LOCAL_REGION, credentials
 from local_stack.sandbox import sandbox_settings
 from local_stack.stack import PROJECT_ROOT, LocalStack
 from rollout_contract.budgets import SESSION_BUDGET_ID, held_attribute, tps_budget_id
-from rollout_contract.resources import BUDGET_PARTITION_KEY, BUDGET_TABLE, ExperimentResources
+from rollout_contract.resources import (
+    BUDGET_PARTITION_KEY,
+    BUDGET_TABLE,
+    LOCAL_RESULTS_BUCKET,
+    ExperimentResources,
+    results_bucket_name,
+)
 from rollout_contract.results import Status
 from rollout_contract.sessions import SessionState
-from trainer_client._aws import new_session
 from trainer_client.sandbox import SandboxCapacityError, SandboxClient, SandboxEndedError
 
 pytestmark = pytest.mark.e2e
@@ -37,13 +47,23 @@ SESSIONS = 2
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+def cdk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    """The CDK app with this experiment deployed with ``-c sandbox=true``, synthesized while the tests run."""
+    outdir = tmp_path_factory.mktemp("cdk")
+    with start_synth(outdir, EXP, sandbox=True) as synth:
+        yield synth, outdir
+        synth.kill()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, cdk: tuple[subprocess.Popen[str], Path]) -> Iterator[LocalStack]:
     settings = sandbox_settings(
         run_dir=tmp_path_factory.mktemp("sandbox"),
         experiments=(EXP,),
         gateway=False,
         sweep_interval_s=1.0,
         session_budget=SESSIONS,
+        record_calls=True,
     )
     with serving(LocalStack(settings)) as running:
         yield running
@@ -55,7 +75,15 @@ def client(stack: LocalStack) -> SandboxClient:
 
 
 def item(stack: LocalStack, table: str, key_name: str, key: str) -> dict[str, Any]:
-    dynamodb = new_session().client("dynamodb", endpoint_url=stack.moto_url)
+    # the administrator's key: the test's own reads are no trainer's calls
+    keys = credentials("admin")
+    dynamodb = boto3.client(
+        "dynamodb",
+        endpoint_url=stack.moto_url,
+        region_name=LOCAL_REGION,
+        aws_access_key_id=keys["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"],
+    )
     return dynamodb.get_item(TableName=table, Key={key_name: {"S": key}}, ConsistentRead=True).get("Item", {})
 
 
@@ -181,3 +209,40 @@ def test_the_readmes_swe_example_runs_grpo_groups_in_sandboxes_on_a_local_stack(
         advantages = [float(a) for a in line.split("advantages ")[1].split()]
         assert len(rewards) == len(advantages) == 3 and all(0.0 <= r <= 1.0 for r in rewards)
         assert sum(advantages) == pytest.approx(0.0, abs=0.05)
+
+
+def test_every_call_of_the_sandbox_trainer_is_allowed_by_the_trainer_role_and_uses_its_sandbox_grants(
+    stack: LocalStack, cdk: tuple[subprocess.Popen[str], Path]
+):
+    # GIVEN every AWS call the module's trainers made (in process and the killed one), and the trainer role CDK
+    # synthesizes for a sandbox experiment (-c sandbox=true)
+    templates, roles = synthesized(*cdk)
+    policies = DeployedPolicies.from_templates(
+        templates,
+        region=LOCAL_REGION,
+        account=LOCAL_ACCOUNT_ID,
+        runtime_arn=stack.runtime_arn(EXP),
+        renames={results_bucket_name(LOCAL_ACCOUNT_ID, LOCAL_REGION): LOCAL_RESULTS_BUCKET},
+    )
+    result = audit(
+        stack.recorded_calls(),
+        policies,
+        {name: roles[name] for name in ("trainer", "sweeper")},
+        region=LOCAL_REGION,
+        account=LOCAL_ACCOUNT_ID,
+    )
+    # THEN each is allowed (the sweeper's stops of expired sandboxes too)
+    assert result.calls["trainer"] > 0 and result.calls["sweeper"] > 0
+    findings = [f"{f.component} {f.operation} {f.resource}: {f.why}" for f in result.not_allowed]
+    assert not findings, "calls not allowed:\n" + "\n".join(findings)
+    # AND every grant the sandbox statements add was used: invoke and stop the runtime, update sandbox items, read
+    # and update the two budget items
+    runtime = stack.runtime_arn(EXP)
+    unused = {(g.action, g.resource) for g in result.unused["trainer"]}
+    wanted = {
+        ("bedrock-agentcore:InvokeAgentRuntime", runtime),
+        ("bedrock-agentcore:StopRuntimeSession", runtime),
+        ("dynamodb:UpdateItem", f"arn:aws:dynamodb:{LOCAL_REGION}:{LOCAL_ACCOUNT_ID}:table/{BUDGET_TABLE.name}"),
+        ("dynamodb:GetItem", f"arn:aws:dynamodb:{LOCAL_REGION}:{LOCAL_ACCOUNT_ID}:table/{BUDGET_TABLE.name}"),
+    }
+    assert not wanted & unused, wanted & unused

@@ -518,7 +518,7 @@ def test_a_sandbox_experiments_trainer_may_run_sandboxes_in_the_shared_budgets_a
         for resource in (runtime_arn, f"{runtime_arn}/*")
     }
     # AND read and update sandbox sessions' items only, and the two budget items its functions use
-    assert _grants([statements["RecordSandboxes"]]) == {("dynamodb:GetItem", table), ("dynamodb:UpdateItem", table)}
+    assert _grants([statements["RecordSandboxes"]]) == {("dynamodb:UpdateItem", table)}
     assert statements["RecordSandboxes"]["Condition"] == {
         "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{SANDBOX_SESSION_PREFIX}*"]}
     }
