@@ -1,4 +1,5 @@
-"""Each example's Dockerfile makes an image ACR can run: ARM64, port 8080, not root, and what its CMD imports inside.
+"""Each example's Dockerfile, and the sandbox image's, makes an image ACR can run: ARM64, port 8080, not root, and
+what its CMD imports inside.
 
 No Docker here: the file is read, and the modules its CMD runs are followed import by import: a module of this
 repository must be in a COPY'd folder, any other must be installed by the extras its ``pip install`` names
@@ -20,7 +21,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).parents[2]
-DOCKERFILES = sorted((ROOT / "examples").glob("*/Dockerfile"))
+DOCKERFILES = [*sorted((ROOT / "examples").glob("*/Dockerfile")), ROOT / "agent_app" / "sandbox" / "Dockerfile"]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
@@ -64,6 +65,12 @@ def _module_file(module: str) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def _main_file(module: str) -> Path:
+    """What ``python -m module`` runs: the package's ``__main__.py``, or the module's file."""
+    package_main = ROOT.joinpath(*module.split("."), "__main__.py")
+    return package_main if package_main.is_file() else ROOT.joinpath(*module.split(".")).with_suffix(".py")
 
 
 def _imports(path: Path, module: str) -> set[str]:
@@ -124,17 +131,20 @@ def test_the_example_image_runs_on_acr_and_holds_what_its_command_imports(docker
     assert all("--platform=linux/arm64" in line for line in arguments["FROM"])
     assert arguments["EXPOSE"] == ["8080"] and any("PORT=8080" in line for line in arguments["ENV"])
     assert arguments["USER"] and arguments["USER"][-1] not in ("root", "0")
-    # the command runs a file of the repository that the image copies
+    # the command runs a file of the repository that the image copies (``python FILE`` or ``python -m MODULE``)
     command = json.loads(arguments["CMD"][-1])
-    assert command[0] == "python" and (ROOT / command[1]).is_file()
+    assert command[0] == "python"
+    script = ROOT / command[1] if command[1] != "-m" else _main_file(command[2])
+    assert script.is_file()
+    runs = script.relative_to(ROOT).as_posix()
     copied = {rest.split()[0].rstrip("/") for rest in arguments["COPY"]}
     assert all((ROOT / source).exists() for source in copied if source != "pyproject.toml")
     # what it imports: this repository's packages are copied, everything else is installed by the named extras
     (install,) = [line for line in arguments["RUN"] if "pip install" in line]
     extras = re.search(r'"\.\[([a-z,]+)\]"', install)
     assert extras is not None, install
-    first_party, others = _reached(ROOT / command[1])
-    assert command[1].split("/")[0] in copied and first_party <= copied, first_party - copied
+    first_party, others = _reached(script)
+    assert runs.split("/")[0] in copied and first_party <= copied, first_party - copied
     installed = _installed(extras.group(1).split(","))
     providers = importlib.metadata.packages_distributions()
     missing = {name for name in others if not {canonicalize_name(d) for d in providers.get(name, [])} & installed}
