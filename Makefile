@@ -5,6 +5,10 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# The demos' light environment: only what the local stack and the example agents run (no CDK, linters or
+# test tools); `make train-demo` adds CPU PyTorch and matplotlib to it.
+DEMO_VENV := .venv-demo
+DEMO_BIN := $(DEMO_VENV)/bin
 # The optional machine-learning environment: CPU PyTorch, verl, agentcore-rl-toolkit (tests/ml/).
 ML_VENV := .venv-ml
 ML_BIN := $(ML_VENV)/bin
@@ -13,7 +17,7 @@ unexport PYTHONDONTWRITEBYTECODE
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export UV_LINK_MODE := copy
 
-.PHONY: install ml-env test test-ml check lint demo train-demo clean
+.PHONY: install demo-env ml-env test test-ml check lint demo train-demo clean
 
 install: $(VENV)/.installed node_modules/.installed
 
@@ -71,12 +75,28 @@ test: lint
 test-ml: ml-env
 	$(ML_BIN)/python -m pytest tests/ml
 
-demo: install
-	$(BIN)/rollouts demo
+# Not --quiet: a first build downloads about 60 packages, and uv shows what it is doing.
+demo-env: $(DEMO_VENV)/.installed
+
+$(DEMO_VENV)/.installed: pyproject.toml requirements/functions.txt
+	test -x $(DEMO_BIN)/python || $(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_BIN)/python -m pip install --quiet --disable-pip-version-check uv
+	$(DEMO_BIN)/uv pip install --python $(DEMO_BIN)/python --compile-bytecode -e '.[local,examples]' \
+		-c requirements/functions.txt
+	touch $@
+
+# CPU torch with pip (see ml-env), then matplotlib for the reward plot.
+$(DEMO_VENV)/.train-installed: $(DEMO_VENV)/.installed
+	$(DEMO_BIN)/python -m pip install --disable-pip-version-check --progress-bar on torch==2.13.0
+	$(DEMO_BIN)/uv pip install --python $(DEMO_BIN)/python --compile-bytecode matplotlib
+	touch $@
+
+demo: demo-env
+	$(DEMO_BIN)/rollouts demo
 
 # GRPO on the local stack: the tiny PyTorch policy learns the lookup task (examples/grpo_local/; ARGS="--steps 3").
-train-demo: ml-env
-	$(ML_BIN)/python -m examples.grpo_local $(ARGS)
+train-demo: $(DEMO_VENV)/.train-installed
+	$(DEMO_BIN)/python -m examples.grpo_local $(ARGS)
 
 clean:
-	rm -rf $(VENV) $(ML_VENV) node_modules cdk.out .pytest_cache
+	rm -rf $(VENV) $(DEMO_VENV) $(ML_VENV) node_modules cdk.out .pytest_cache
