@@ -6,9 +6,8 @@
   These three take ``--run RUN``: the rollouts of one run of the experiment (exp_id ``EXP/RUN``).
 - ``rollouts sessions EXP``: the rollouts in flight; ``rollouts cancel EXP --session ID | --input-id ID | --all``.
 - ``rollouts doctor EXP [--canary PAYLOAD.json]``: check every hop, one line each; exit 1 on any failure.
-- ``rollouts local ...`` / ``rollouts demo``: mounted from ``local_stack.cli.add_commands`` with the example math
-  agent (``examples.math_agent.local.MATH_DEMO``) as what they host (the one place the
-  trainer SDK depends on ``local_stack``; the commands need the ``local`` extra, and say so when it is missing).
+- ``rollouts local ...`` / ``rollouts demo``: the local twin's, mounted through the ``agentcore_rollouts.commands``
+  entry point group (this module imports no twin code); they need the ``local`` extra, and say so when it is missing.
 
 For scripts: ``--json`` output, ``--version``, ``-v``/``-q`` on every command (logging level; ``-q`` also drops
 progress and summaries), plain progress lines when stderr is not a terminal, and a quiet exit (status 141, as
@@ -142,7 +141,7 @@ def _configure_logging(verbose: int, quiet: bool) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Build the argument parser (with the local-stack commands when ``local_stack.cli`` provides them)."""
+    """Build the argument parser, with the commands mounted from the ``agentcore_rollouts.commands`` group."""
     parser = argparse.ArgumentParser(prog="rollouts", description="Run and inspect RL rollouts on AgentCore Runtime.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
@@ -247,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     preflight.set_defaults(func=_preflight)
 
-    _mount_local_commands(commands)
+    _mount_commands(commands)
     _add_verbosity(parser, top=True)
     return parser
 
@@ -271,13 +270,14 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def _mount_local_commands(commands: argparse._SubParsersAction) -> None:
-    # local_stack and examples ship in the same distribution, and these modules import nothing heavy; what the
-    # commands need beyond the trainer extra is imported when they run (main() names the extra if it is missing).
-    from examples.math_agent.local import MATH_DEMO
-    from local_stack.cli import add_commands
+#: The entry point group through which other parts of the distribution add commands (the local twin's
+#: ``local`` and ``demo``), so that this SDK imports none of them.
+COMMANDS_GROUP = "agentcore_rollouts.commands"
 
-    add_commands(commands, demo=MATH_DEMO)
+
+def _mount_commands(commands: argparse._SubParsersAction) -> None:
+    for entry in importlib.metadata.entry_points(group=COMMANDS_GROUP):
+        entry.load()(commands)
 
 
 def _add_experiment(parser: argparse.ArgumentParser) -> None:
