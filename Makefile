@@ -85,10 +85,12 @@ $(DEMO_VENV)/.installed: pyproject.toml requirements/functions.txt
 		-c requirements/functions.txt
 	touch $@
 
-# CPU torch with pip (see ml-env), then matplotlib for the reward plot.
+# CPU torch with pip (see ml-env), then matplotlib for the reward plot. Neither is compiled to bytecode at
+# install: their .pyc files would add 165 MB (sympy's alone 51 MB, never imported here), and the modules the
+# loop imports compile on first use.
 $(DEMO_VENV)/.train-installed: $(DEMO_VENV)/.installed
-	$(DEMO_BIN)/python -m pip install --disable-pip-version-check --progress-bar on torch==2.13.0
-	$(DEMO_BIN)/uv pip install --python $(DEMO_BIN)/python --compile-bytecode matplotlib
+	$(DEMO_BIN)/python -m pip install --disable-pip-version-check --no-compile torch==2.13.0
+	$(DEMO_BIN)/uv pip install --python $(DEMO_BIN)/python matplotlib
 	touch $@
 
 demo: demo-env

@@ -3,7 +3,9 @@ what its CMD imports inside.
 
 No Docker here: the file is read, and the modules its CMD runs are followed import by import: a module of this
 repository must be in a COPY'd folder, any other must be installed by the extras its ``pip install`` names
-(checked against the installed distributions' metadata), or be in the standard library.
+(checked against the installed distributions' metadata), or be in the standard library. Then, short of a build,
+its steps are replayed: the files it copies go into a fresh folder, its ``pip install`` runs there into a fresh
+venv, and its command's script is imported with the image's ``ENV`` and working directory.
 """
 
 from __future__ import annotations
@@ -11,7 +13,11 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import json
+import os
 import re
+import shlex
+import shutil
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -149,3 +155,44 @@ def test_the_example_image_runs_on_acr_and_holds_what_its_command_imports(docker
     providers = importlib.metadata.packages_distributions()
     missing = {name for name in others if not {canonicalize_name(d) for d in providers.get(name, [])} & installed}
     assert not missing, f"{dockerfile.relative_to(ROOT)} runs code importing {sorted(missing)}, not installed"
+
+
+@pytest.mark.processes
+@pytest.mark.packaging
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=[path.parent.name for path in DOCKERFILES])
+def test_the_image_installs_from_its_build_context_and_its_command_imports(dockerfile: Path, tmp_path: Path) -> None:
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+    if uv is None:
+        pytest.skip("uv is not installed (make install puts it in .venv)")
+    # GIVEN the image's working directory (a fresh folder) with exactly the files its COPY lines take
+    steps = _instructions(dockerfile)
+    app = tmp_path / "app"
+    app.mkdir()
+    (workdir,) = (rest for word, rest in steps if word == "WORKDIR")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    for word, rest in steps:
+        if word == "COPY":
+            *sources, destination = shlex.split(rest)
+            for source in sources:
+                target = app / destination / source if destination.endswith("/") else app / destination
+                if (ROOT / source).is_dir():
+                    shutil.copytree(ROOT / source, target, ignore=shutil.ignore_patterns("__pycache__"))
+                else:
+                    shutil.copy(ROOT / source, target)
+        elif word == "ENV":
+            env.update(pair.replace(workdir, str(app)).split("=", 1) for pair in shlex.split(rest))
+    # WHEN its pip install runs there, into a fresh venv
+    (install,) = (rest for word, rest in steps if word == "RUN" and "pip install" in rest)
+    requirement = shlex.split(install.split("pip install", 1)[1].split("&&")[0])[0]
+    python = tmp_path / "venv" / "bin" / "python"
+    subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(python.parents[1])], check=True)
+    subprocess.run([uv, "pip", "install", "-q", "--python", str(python), requirement], cwd=app, check=True)
+    # THEN the script its CMD runs imports in the image's environment (its `__main__` block not run)
+    command = json.loads(next(rest for word, rest in reversed(steps) if word == "CMD"))
+    probe = f"import runpy; runpy.run_path({command[1]!r}, run_name='image_probe')"
+    done = subprocess.run([python, "-c", probe], cwd=app, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # AND only the product's packages went into site-packages, none of the twin's or the examples' names
+    site = next(python.parents[1].glob("lib/python*/site-packages"))
+    ours = {"rollout_contract", "agent_app", "trainer_client", "agentcore_rollouts_local", "examples", "local_stack"}
+    assert {path.name for path in site.iterdir()} & ours == {"rollout_contract", "agent_app"}
