@@ -168,7 +168,7 @@ def test_the_image_installs_from_its_build_context_and_its_command_imports(docke
     steps = _instructions(dockerfile)
     app = tmp_path / "app"
     app.mkdir()
-    (workdir,) = (rest for word, rest in steps if word == "WORKDIR")
+    workdir = next(rest for word, rest in steps if word == "WORKDIR")  # where the COPY lines put their files
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
     for word, rest in steps:
         if word == "COPY":
@@ -187,9 +187,10 @@ def test_the_image_installs_from_its_build_context_and_its_command_imports(docke
     python = tmp_path / "venv" / "bin" / "python"
     subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(python.parents[1])], check=True)
     subprocess.run([uv, "pip", "install", "-q", "--python", str(python), requirement], cwd=app, check=True)
-    # THEN the script its CMD runs imports in the image's environment (its `__main__` block not run)
+    # THEN the script or module its CMD runs imports in the image's environment (its `__main__` block not run)
     command = json.loads(next(rest for word, rest in reversed(steps) if word == "CMD"))
-    probe = f"import runpy; runpy.run_path({command[1]!r}, run_name='image_probe')"
+    run = f"run_module({command[2]!r}" if command[1] == "-m" else f"run_path({command[1]!r}"
+    probe = f"import runpy; runpy.{run}, run_name='image_probe')"
     done = subprocess.run([python, "-c", probe], cwd=app, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     # AND only the product's packages went into site-packages, none of the twin's or the examples' names
