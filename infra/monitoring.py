@@ -71,7 +71,10 @@ def dead_letter_depths(dead_letter_queues: Mapping[str, sqs.IQueue]) -> dict[str
 
 
 class RolloutAlarms(Construct):
-    """Any DLQ not empty, any Lambda error, sustained invoke throttling, stuck rollouts (no actions)."""
+    """Any DLQ not empty, any Lambda error, sustained invoke throttling, stuck rollouts (no actions).
+
+    Each is named ``agentcore-rollouts-<exp_id>-<construct id>`` (``rollouts top`` lists them by that prefix).
+    """
 
     def __init__(
         self,
@@ -84,6 +87,7 @@ class RolloutAlarms(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         exp_id = metrics.exp_id
+        self._prefix = names.alarm_name_prefix(exp_id)
         self.alarms: list[cw.Alarm] = []
         for name, depth in dead_letter_depths(dead_letter_queues).items():
             self._at_least_one(depth, f"DeadLetters-{name}", f"{exp_id}: messages in the {name} dead-letter queue")
@@ -105,6 +109,7 @@ class RolloutAlarms(Construct):
             metrics.overdue().create_alarm(
                 self,
                 "StuckRollouts",
+                alarm_name=f"{self._prefix}StuckRollouts",
                 alarm_description=f"{exp_id}: rollouts still in flight more than {grace_min} min past their "
                 "deadline that the sweeper cannot end (its log names them: 'rollout stuck in flight'), or no "
                 "data because the sweeper is not running (see its Errors alarm and its schedule)",
@@ -122,6 +127,7 @@ class RolloutAlarms(Construct):
             metric.create_alarm(
                 self,
                 construct_id,
+                alarm_name=f"{self._prefix}{construct_id}",
                 alarm_description=description,
                 threshold=1,
                 evaluation_periods=periods,

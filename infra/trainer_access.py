@@ -7,7 +7,7 @@ managed policy attached to their own users or roles: nothing outside the stack r
 
 from __future__ import annotations
 
-from aws_cdk import Duration
+from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_bedrockagentcore as agentcore
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
@@ -16,12 +16,13 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from infra.nag import acknowledge
+from infra.nag import acknowledge, nag_arn
 from infra.workers import PAYLOAD_KEYS, RESULT_KEYS, RUNTIME_ENDPOINTS, STOP_SESSION
 from rollout_contract.budgets import SESSION_BUDGET_ID, tps_budget_id
 from rollout_contract.keys import experiment_prefix, payload_ref_prefix
+from rollout_contract.metrics import alarm_name_prefix
 from rollout_contract.protocol import DEFAULT_QUALIFIER
-from rollout_contract.resources import SESSIONS_PARTITION_KEY, TTL_ATTRIBUTE, TableSpec
+from rollout_contract.resources import BUDGET_TABLE, SESSIONS_PARTITION_KEY, TTL_ATTRIBUTE, TableSpec
 from rollout_contract.sandbox import SANDBOX_SESSION_PREFIX
 from rollout_contract.sessions import ATTR_ALIVE_UNTIL, ATTR_TRAINER
 
@@ -57,6 +58,7 @@ class TrainerAccess(Construct):
         super().__init__(scope, construct_id)
         self._sessions_table_arn = sessions_table.table_arn
         results = bucket.arn_for_objects(f"{experiment_prefix(exp_id)}*")
+        stack = Stack.of(self)
         self.role = iam.Role(
             self,
             "Role",
@@ -139,8 +141,29 @@ class TrainerAccess(Construct):
                 iam.PolicyStatement(
                     sid="ListQueuedRollouts", actions=["dynamodb:Scan"], resources=[sessions_table.table_arn]
                 ),
+                # `rollouts top`: the account's session count against the budget, and the experiment's alarms.
+                iam.PolicyStatement(
+                    sid="ReadSessionBudget",
+                    actions=["dynamodb:GetItem"],
+                    resources=[stack.format_arn(service="dynamodb", resource="table", resource_name=BUDGET_TABLE.name)],
+                    conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [SESSION_BUDGET_ID]}},
+                ),
+                iam.PolicyStatement(
+                    sid="ReadAlarmStates",
+                    actions=["cloudwatch:DescribeAlarms"],
+                    resources=[
+                        stack.format_arn(
+                            service="cloudwatch",
+                            resource="alarm",
+                            resource_name=f"{alarm_name_prefix(exp_id)}*",
+                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                        )
+                    ],
+                ),
             ],
         )
+        alarms = nag_arn(self, "cloudwatch", f"alarm:{alarm_name_prefix(exp_id)}*")
+        acknowledge(self.policy, f"AwsSolutions-IAM5[Resource::{alarms}]", "Reads the experiment's alarm states.")
 
     def grant_sandboxes(self, *, runtime: agentcore.IBedrockAgentRuntime, budget_table: dynamodb.ITable) -> None:
         """Let the trainer run sandboxes (D71): start, invoke and stop the runtime's sessions, record sandbox sessions

@@ -7,6 +7,7 @@ point at the emulator instead.
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import time
@@ -393,6 +394,32 @@ def forbid_missing_keys(listers: frozenset[str] = frozenset({LOCAL_ACCESS_KEYS["
     setattr(S3Response, "head_object", head_object)  # noqa: B010 - a method, for mypy
 
 
+def percentile_statistics() -> None:
+    """Answer ``GetMetricData``'s percentile statistics (``p50``, ``p99.9``) as CloudWatch does, from the values.
+
+    moto 5.2 knows Sum, Average, Minimum, Maximum and SampleCount only, and answers ``None`` for ``pNN``: the
+    dashboard's and ``rollouts top``'s duration percentiles had no values on the local stack. Nearest rank over
+    the period's values (CloudWatch's are estimates of the same).
+    """
+    from moto.cloudwatch.models import Statistics
+
+    known = Statistics.get_statistics_for_type
+    if getattr(known, "percentiles", False):
+        return
+
+    def get_statistics_for_type(self: Any, stat: str) -> Any:
+        if not stat.startswith("p"):
+            return known(self, stat)
+        values = sorted(self.metric_single_values_list)
+        if not values:
+            return None
+        rank = math.ceil(float(stat[1:]) / 100 * len(values))
+        return values[min(max(rank, 1), len(values)) - 1]
+
+    get_statistics_for_type.percentiles = True  # type: ignore[attr-defined]
+    setattr(Statistics, "get_statistics_for_type", get_statistics_for_type)  # noqa: B010 - a method, for mypy
+
+
 if __name__ == "__main__":
     from moto.server import main
 
@@ -408,4 +435,5 @@ if __name__ == "__main__":
     quick_dispatch()
     forget_model_instances()
     forbid_missing_keys()
+    percentile_statistics()
     main()

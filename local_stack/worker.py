@@ -14,7 +14,9 @@ Handler settings are exported as ``ROLLOUTS_*`` variables before the handler mod
 Like the Lambda service, the worker publishes each function's ``Invocations`` and ``Errors`` (a handler that
 raised) to CloudWatch's ``AWS/Lambda`` namespace, keyed by ``FunctionName``, every few seconds
 (:class:`LambdaMetrics`); ``rollouts doctor`` reads them the same way in AWS and locally. ``Throttles`` is never
-published: a local function has a fixed number of execution environments and never throttles.
+published: a local function has a fixed number of execution environments and never throttles. The functions'
+own metrics (embedded metric format lines on stdout) are published with them, as CloudWatch Logs would extract
+them (:mod:`local_stack.emf`).
 
 Differences from Lambda: a function's timeout is reported by ``get_remaining_time_in_millis`` but not
 enforced (a thread cannot be killed), and one process can host several functions, which then share module
@@ -30,6 +32,7 @@ import importlib
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -42,6 +45,7 @@ from typing import Any
 
 import boto3
 
+from local_stack.emf import EmbeddedMetrics, EmfStdout
 from local_stack.moto_server import LOCAL_ACCOUNT_ID, credentials
 from rollout_contract.resources import PROJECT, ExperimentDescriptor, ExperimentResources, HandlerSettings
 
@@ -161,8 +165,9 @@ def failed_message_ids(response: Any, message_ids: Sequence[str]) -> set[str]:
 class LambdaMetrics:
     """Count invocations and errors per function and publish them as Lambda's own ``AWS/Lambda`` metrics."""
 
-    def __init__(self, cloudwatch: Any) -> None:
+    def __init__(self, cloudwatch: Any, embedded: EmbeddedMetrics | None = None) -> None:
         self._cloudwatch = cloudwatch
+        self._embedded = embedded
         self._counts: dict[str, list[int]] = {}
         self._lock = threading.Lock()
 
@@ -174,7 +179,10 @@ class LambdaMetrics:
             counts[1] += int(error)
 
     def flush(self) -> None:
-        """Publish what was counted since the last flush (nothing when there were no invocations)."""
+        """Publish what was counted since the last flush (nothing when there were no invocations), and the
+        functions' own EMF metrics (``embedded``)."""
+        if self._embedded is not None:
+            self._embedded.flush()
         with self._lock:
             counts, self._counts = self._counts, {}
         now = datetime.now(UTC)
@@ -499,8 +507,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     # The handler modules build clients and settings at import or first call: export first, import after.
     os.environ.update(handler_settings.to_env())
     account = LOCAL_ACCOUNT_ID
+    embedded = EmbeddedMetrics(cloudwatch)
+    sys.stdout = EmfStdout(sys.stdout, embedded)
     worker = Worker(
-        sqs, region=descriptor.region, account=account, settings=settings, metrics=LambdaMetrics(cloudwatch)
+        sqs,
+        region=descriptor.region,
+        account=account,
+        settings=settings,
+        metrics=LambdaMetrics(cloudwatch, embedded),
     )
 
     def function(role: str) -> FunctionSpec | None:

@@ -12,6 +12,8 @@ also carries :data:`ERROR_CODE_DIMENSION` (an ACR error code). For a rollout of 
 
 from __future__ import annotations
 
+from rollout_contract.naming import PROJECT
+
 NAMESPACE = "AgentcoreRollouts"
 EXP_DIMENSION = "exp_id"
 STATUS_DIMENSION = "status"
@@ -39,3 +41,8 @@ OVERDUE = "RolloutsOverdue"  # Count (gauge, by the sweeper, every run): in flig
 #: runs every minute and normally ends a rollout in its first run after the deadline; a throttled or failed
 #: StopRuntimeSession is retried on each run, so five minutes is about five attempts that all failed.
 OVERDUE_GRACE_S = 5 * 60
+
+
+def alarm_name_prefix(exp_id: str) -> str:
+    """The prefix of every alarm of experiment ``exp_id`` (``rollouts top`` finds its alarms by it)."""
+    return f"{PROJECT}-{exp_id}-"

@@ -1,7 +1,8 @@
 """The ``rollouts`` command: a thin argparse layer over the public ``trainer_client`` API.
 
 - ``rollouts eval EXP --dataset IN.jsonl --output OUT.jsonl``: run every dataset row as a rollout.
-- ``rollouts status EXP``: queue depths, rollouts in flight, recent results.
+- ``rollouts status EXP``: rollouts by state against the budgets, rates, failures, DLQs, alarms;
+  ``rollouts top EXP``: the same, refreshed every second.
 - ``rollouts results EXP``: export the experiment's stored results as JSONL.
   These three take ``--run RUN``: the rollouts of one run of the experiment (exp_id ``EXP/RUN``).
 - ``rollouts sessions EXP``: the rollouts in flight; ``rollouts cancel EXP --session ID | --input-id ID | --all``.
@@ -24,6 +25,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,13 +34,14 @@ from botocore.exceptions import EndpointConnectionError, NoCredentialsError, NoR
 
 from rollout_contract import InvalidIdError, Status
 from rollout_contract.messages import DEFAULT_QUEUE_TIMEOUT_S, validate_timeout_s
-from trainer_client._aws import new_session
+from trainer_client._aws import load_descriptor, new_session
 from trainer_client._client import RolloutClient
 from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S, PollSettings
 from trainer_client._dataset import json_object, read_dataset
 from trainer_client._eval import plan_eval, row_input_id, run_eval
 from trainer_client._exceptions import RolloutError
 from trainer_client._operate import cancel_rollouts, print_sessions
+from trainer_client._top import Watch, render
 from trainer_client.doctor import run_doctor
 
 __all__ = ["build_parser", "main"]
@@ -190,10 +193,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout")
     run.set_defaults(func=_eval)
 
-    status = commands.add_parser("status", help="queue depths, rollouts in flight and recent results")
+    status = commands.add_parser(
+        "status", help="one view of a run: rollouts by state against the budgets, rates, failures, DLQs, alarms"
+    )
     _add_experiment(status)
-    status.add_argument("--recent", type=_positive_int, default=10, help="how many recent results to show (10)")
+    status.add_argument("--json", action="store_true", help="print it as one JSON object")
     status.set_defaults(func=_status)
+
+    top = commands.add_parser("top", help="the status view, refreshed every second (Ctrl-C to leave)")
+    _add_experiment(top)
+    top.add_argument("--interval", type=_positive_float, default=1.0, help="seconds between refreshes (1)")
+    top.add_argument("--once", action="store_true", help="one refresh, then exit (as rollouts status)")
+    top.add_argument("--json", action="store_true", help="one JSON object per refresh (JSONL)")
+    top.set_defaults(func=_top)
 
     sessions = commands.add_parser(
         "sessions", help="rollouts in flight: session id, input id, state, age, deadline (every trainer's)"
@@ -367,19 +379,27 @@ def _input_ids(rows: list[dict[str, Any]], field: str | None) -> list[str]:
 
 
 def _status(args: argparse.Namespace) -> int:
-    out = sys.stdout
-    with _connect(args) as client:
-        status = client.status(recent=args.recent)
-    print(f"experiment {client.experiment}" + (f", run {client.run}" if client.run else ""), file=out)
-    print(f"{'queue':<60} {'visible':>8} {'in flight':>10}", file=out)
-    for queue in status.queues:
-        print(f"{queue.name:<60} {queue.visible:>8} {queue.in_flight:>10}", file=out)
-    print(f"rollouts in flight: {status.rollouts_in_flight}", file=out)
-    print(f"recent results ({len(status.recent)}):", file=out)
-    for result in status.recent:
-        reward = "-" if result.reward is None else f"{result.reward:g}"
-        print(f"  {result.status.value:<16} reward={reward:<8} {result.result_key}", file=out)
-    return 0
+    args.once, args.interval = True, 0.0
+    return _top(args)
+
+
+def _top(args: argparse.Namespace) -> int:
+    watch = Watch(load_descriptor(args.experiment, region=args.region), run=args.run)
+    live = not args.once and not args.json and sys.stdout.isatty()
+    try:
+        while True:
+            snapshot = watch.snapshot()
+            if args.json:
+                print(json.dumps(snapshot.as_dict()), flush=True)
+            else:
+                print("\x1b[H\x1b[2J" if live else "", end="")
+                render(snapshot, sys.stdout)
+                sys.stdout.flush()
+            if args.once:
+                return 0
+            time.sleep(max(0.0, snapshot.at + args.interval - time.time()))
+    except KeyboardInterrupt:
+        return 0
 
 
 def _sessions(args: argparse.Namespace) -> int:

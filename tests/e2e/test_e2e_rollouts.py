@@ -107,6 +107,29 @@ def test_an_operator_lists_the_running_rollouts_and_cancels_them_all(
     assert wait_until(lambda: _slots_held() == (0, 0))
 
 
+def test_top_once_json_shows_a_run_from_the_local_cloudwatch_metrics(
+    client: RolloutClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN three rollouts ended on the local stack (two succeeded, one agent_error) and one still running
+    ended = [client.invoke({"action": a}, input_id="watched", timeout=60) for a in ("succeed", "succeed", "raise")]
+    running = client.invoke({"sleep_s": 60}, input_id="watched", timeout=120)
+    assert [f.result(timeout=RESULT_WAIT_S).status for f in ended] == [Status.SUCCEEDED] * 2 + [Status.AGENT_ERROR]
+
+    def snapshot() -> dict:
+        assert main(["top", EXP, "--once", "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    # WHEN an operator runs `rollouts top --once --json` (the workers publish their metrics every few seconds)
+    assert wait_until(lambda: snapshot()["completed"].get("agent_error", 0) >= 1, timeout_s=30)
+    view = snapshot()
+    # THEN it shows the running rollout against the budgets, the invokes, completions by status and durations
+    assert view["in_flight"].get("running", 0) >= 1 and view["session_budget"] and view["tps_limit"]
+    assert view["invokes_per_s"] > 0 and view["completions_per_s"] > 0
+    assert view["completed"]["succeeded"] >= 2 and view["duration_p50_s"] is not None
+    assert set(view["dead_letters"].values()) == {0}
+    running.cancel()
+
+
 def test_a_payload_the_runtime_refuses_ends_as_dispatch_failed(stack: LocalStack, client: RolloutClient) -> None:
     # GIVEN a payload larger than the runtime accepts (it travels to the dispatcher by S3 reference)
     payload = {"action": "succeed", "blob": "x" * (EMULATOR_MAX_PAYLOAD + 1024)}

@@ -488,6 +488,11 @@ def test_trainer_role_grants_exactly_what_a_trainer_needs(synth: Synthesized) ->
         ("events:ListTargetsByRule", rule),
         ("bedrock-agentcore:GetAgentRuntime", "<AgentRuntime23CE8C05.AgentRuntimeArn>"),
         ("cloudwatch:GetMetricData", "*"),
+        ("dynamodb:GetItem", f"arn:<AWS::Partition>:dynamodb:<AWS::Region>:<AWS::AccountId>:table/{BUDGET_TABLE.name}"),
+        (
+            "cloudwatch:DescribeAlarms",
+            "arn:<AWS::Partition>:cloudwatch:<AWS::Region>:<AWS::AccountId>:alarm:agentcore-rollouts-alpha-*",
+        ),
     }
     # AND listing is limited to the experiment's prefix
     listing = next(s for s in statements if s["Action"] == "s3:ListBucket")

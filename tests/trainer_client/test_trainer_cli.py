@@ -6,11 +6,8 @@ import json
 import sys
 import types
 
-import boto3
 import pytest
 
-from rollout_contract import ExperimentResources
-from rollout_contract.sessions import ATTR_DEADLINE_AT, ATTR_INFLIGHT, ATTR_SESSION_ID, INFLIGHT_MARK
 from trainer_client import read_journal
 from trainer_client._cli import build_parser, main
 
@@ -72,28 +69,6 @@ def test_eval_runs_a_dataset_and_writes_one_result_per_row(descriptor, backend, 
     assert len(read_journal(tmp_path / "j.jsonl")) == 4
 
 
-def test_status_shows_queue_depths_rollouts_in_flight_and_recent_results(descriptor, client, backend, capsys):
-    # GIVEN one finished rollout and one recorded in flight
-    future = client.invoke({"reward": 0.5}, input_id="q7")
-    backend.serve(1)
-    future.result(5)
-    boto3.client("dynamodb").put_item(
-        TableName=descriptor.sessions_table,
-        Item={ATTR_SESSION_ID: {"S": "s" * 36}, ATTR_INFLIGHT: {"S": INFLIGHT_MARK}, ATTR_DEADLINE_AT: {"N": "1"}},
-    )
-
-    # WHEN `rollouts status` runs
-    assert main(["status", descriptor.exp_id, "--poll-wait", "1"]) == 0
-
-    # THEN it lists the four queues, the in-flight count and the result
-    out = capsys.readouterr().out
-    resources = ExperimentResources.for_experiment(descriptor.exp_id)
-    for name in (resources.dispatch_queue.name, resources.completion_queue.dlq_name):
-        assert name in out
-    assert "rollouts in flight: 1" in out
-    assert f"succeeded        reward=0.5      {future.result_key}" in out
-
-
 def test_results_exports_stored_results_filtered_by_status(descriptor, client, backend, tmp_path):
     # GIVEN three finished rollouts, one timed out
     futures = [client.invoke(payload) for payload in ({"reward": 1.0}, {"end_as": "timed_out"}, {"reward": 0.0})]
@@ -125,9 +100,7 @@ def test_missing_arguments_are_named(capsys):
         ('{"q": ', "is not JSON (Expecting value); give one JSON object"),
     ],
 )
-def test_a_canary_payload_that_is_not_one_json_object_is_refused_before_any_check(
-    tmp_path, capsys, content, message
-):
+def test_a_canary_payload_that_is_not_one_json_object_is_refused_before_any_check(tmp_path, capsys, content, message):
     # GIVEN a canary payload file that is not one JSON object
     canary = tmp_path / "canary.json"
     canary.write_text(content)

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from moto.server import ThreadedMotoServer
 
-from local_stack.moto_server import forbid_missing_keys
+from local_stack.moto_server import forbid_missing_keys, percentile_statistics
 from rollout_contract import (
     CancelRequest,
     DispatchRequest,
@@ -28,7 +28,7 @@ from rollout_contract import (
     Timings,
     parse_dispatch_message,
 )
-from rollout_contract.resources import SESSIONS_PARTITION_KEY, result_event_pattern
+from rollout_contract.resources import BUDGET_PARTITION_KEY, SESSIONS_PARTITION_KEY, result_event_pattern
 from rollout_contract.sessions import (
     ATTR_DEADLINE_AT,
     ATTR_INPUT_ID,
@@ -88,6 +88,13 @@ def create_experiment(exp_id: str = EXP_ID, bucket: str = BUCKET) -> ExperimentD
             }
         ],
     )
+    if "budgets" not in boto3.client("dynamodb").list_tables()["TableNames"]:  # account-wide: one per test
+        boto3.client("dynamodb").create_table(
+            TableName="budgets",
+            BillingMode="PAY_PER_REQUEST",
+            KeySchema=[{"AttributeName": BUDGET_PARTITION_KEY, "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": BUDGET_PARTITION_KEY, "AttributeType": "S"}],
+        )
     descriptor = ExperimentDescriptor(
         exp_id=exp_id,
         region=REGION,
@@ -97,6 +104,8 @@ def create_experiment(exp_id: str = EXP_ID, bucket: str = BUCKET) -> ExperimentD
         sessions_table=table.name,
         budget_table="budgets",
         runtime_arn=RUNTIME_ARN,
+        tps_limit=25.0,
+        session_budget=900,
     )
     boto3.client("ssm").put_parameter(
         Name=resources.descriptor_parameter, Value=descriptor.model_dump_json(), Type="String"
@@ -237,6 +246,7 @@ def moto_url() -> Iterator[str]:
     """A moto server on a free port for the whole session, answering a missing key with 403 as S3 does for callers
     without bucket-wide ``s3:ListBucket`` (the tests' key, as the trainer role's)."""
     forbid_missing_keys()
+    percentile_statistics()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

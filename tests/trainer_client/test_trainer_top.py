@@ -1,0 +1,124 @@
+"""``rollouts status`` and ``rollouts top``: one snapshot from the sessions index, queues, metrics and alarms."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import boto3
+
+from rollout_contract import DispatchRequest, Status
+from rollout_contract import metrics as names
+from rollout_contract.budgets import ATTR_TOTAL, SESSION_BUDGET_ID
+from rollout_contract.resources import BUDGET_PARTITION_KEY, SESSIONS_PARTITION_KEY
+from rollout_contract.sessions import ATTR_EXP_ID, ATTR_INFLIGHT, INFLIGHT_MARK
+from trainer_client._cli import main
+from trainer_client._top import Watch
+
+
+def _in_flight(descriptor, session_id: str, *, holds: bool = True) -> None:
+    """Mark a rollout as holding a session slot (the dispatcher's in-flight mark), or not any more."""
+    key = {SESSIONS_PARTITION_KEY: {"S": session_id}}
+    dynamodb = boto3.client("dynamodb")
+    if holds:
+        dynamodb.update_item(
+            TableName=descriptor.sessions_table,
+            Key=key,
+            UpdateExpression="SET #i = :mark, #e = :exp",
+            ExpressionAttributeNames={"#i": ATTR_INFLIGHT, "#e": ATTR_EXP_ID},
+            ExpressionAttributeValues={":mark": {"S": INFLIGHT_MARK}, ":exp": {"S": descriptor.exp_id}},
+        )
+    else:
+        dynamodb.update_item(
+            TableName=descriptor.sessions_table,
+            Key=key,
+            UpdateExpression="REMOVE #i",
+            ExpressionAttributeNames={"#i": ATTR_INFLIGHT},
+        )
+
+
+def _publish(exp_id: str, name: str, values: list[float], **dimensions: str) -> None:
+    """Put data points as the functions' EMF lines reach CloudWatch (two seconds ago: moto reads up to the second)."""
+    now = datetime.now(UTC) - timedelta(seconds=2)
+    boto3.client("cloudwatch").put_metric_data(
+        Namespace=names.NAMESPACE,
+        MetricData=[
+            {
+                "MetricName": name,
+                "Dimensions": [
+                    {"Name": key, "Value": value} for key, value in {names.EXP_DIMENSION: exp_id, **dimensions}.items()
+                ],
+                "Timestamp": now,
+                "Value": value,
+            }
+            for value in values
+        ],
+    )
+
+
+def test_status_reads_states_budgets_rates_durations_dlqs_and_alarms_without_listing_results(
+    descriptor, client, backend, capsys
+):
+    # GIVEN one rollout running, 12 invokes and 9 completions (one agent_error) in the last minute, the account's
+    # session count, and an alarm of the experiment in ALARM
+    future = client.invoke({"reward": 1.0}, input_id="q1")
+    (request,) = backend.receive(1)
+    _in_flight(descriptor, future.session_id)
+    _publish(descriptor.exp_id, names.INVOKED, [6, 6])
+    _publish(descriptor.exp_id, names.COMPLETED, [8], status=Status.SUCCEEDED.value)
+    _publish(descriptor.exp_id, names.COMPLETED, [1], status=Status.AGENT_ERROR.value)
+    _publish(descriptor.exp_id, names.DURATION, [float(s) for s in range(1, 101)])
+    boto3.client("dynamodb").put_item(
+        TableName="budgets", Item={BUDGET_PARTITION_KEY: {"S": SESSION_BUDGET_ID}, ATTR_TOTAL: {"N": "3"}}
+    )
+    alarm = f"{names.alarm_name_prefix(descriptor.exp_id)}StuckRollouts"
+    cloudwatch = boto3.client("cloudwatch")
+    cloudwatch.put_metric_alarm(
+        AlarmName=alarm, MetricName=names.OVERDUE, Namespace=names.NAMESPACE, Statistic="Maximum", Period=60,
+        EvaluationPeriods=1, Threshold=0, ComparisonOperator="GreaterThanThreshold",
+    )  # fmt: skip
+    cloudwatch.set_alarm_state(AlarmName=alarm, StateValue="ALARM", StateReason="test")
+
+    # WHEN `rollouts status --json` runs
+    assert main(["status", descriptor.exp_id, "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+
+    # THEN it holds the rollout by state against the budgets, the rates, the percentiles, the DLQs and the alarm
+    assert status["in_flight"] == {"running": 1} and status["sessions"] == 1 and status["session_budget"] == 900
+    assert status["account_sessions"] == 3
+    assert (status["invokes_per_s"], status["tps_limit"]) == (12 / 60, 25.0)
+    assert status["completions_per_s"] == 9 / 60
+    assert status["completed"] == {"succeeded": 8, "agent_error": 1}
+    assert (status["duration_p50_s"], status["duration_p99_s"]) == (50.0, 99.0)
+    assert set(status["dead_letters"].values()) == {0}
+    assert status["alarms"] == {"StuckRollouts": "ALARM"}
+    assert abs(status["at"] - datetime.now(UTC).timestamp()) < 60
+
+    # AND the text view says the same with a timestamp
+    assert main(["status", descriptor.exp_id]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{descriptor.exp_id} at ") and " UTC\n" in out
+    assert "in flight 1 (1 running)" in out and "1.00 of 900 (0%)" in out and "0.20/s of 25/s (1%)" in out
+    assert "p50 50.00 s, p99 99.00 s" in out and "StuckRollouts ALARM" in out
+
+
+def test_top_names_the_latest_failures_of_the_rollouts_that_left_flight(descriptor, client, backend):
+    # GIVEN two rollouts in flight, seen by a watch
+    futures = [
+        client.invoke({"end_as": status}, input_id=f"q{i}") for i, status in enumerate(("agent_error", "succeeded"))
+    ]
+    requests = [r for r in backend.receive(2) if isinstance(r, DispatchRequest)]
+    for future in futures:
+        _in_flight(descriptor, future.session_id)
+    watch = Watch(descriptor)
+    assert watch.snapshot().sessions == 2
+    # WHEN both end (one with an agent error) and the watch refreshes
+    for request in requests:
+        backend.complete(request)
+        _in_flight(descriptor, request.session_id, holds=False)
+    snapshot = watch.snapshot()
+    # THEN only the failure is listed, with its reason
+    assert snapshot.sessions == 0
+    assert [(f.session_id, f.status, f.reason) for f in snapshot.latest_failures] == [
+        (futures[0].session_id, "agent_error", "boom")
+    ]
