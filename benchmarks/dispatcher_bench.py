@@ -40,7 +40,7 @@ from lambdas.exceptions import NoTokenError, RequeueError  # noqa: E402
 from lambdas.observability import logger  # noqa: E402
 from lambdas.runtime import AwsClients, Runtime  # noqa: E402
 from rollout_contract.messages import DispatchRequest  # noqa: E402
-from rollout_contract.resources import BUDGET_TABLE, ExperimentResources, HandlerSettings, TableSpec  # noqa: E402
+from rollout_contract.resources import BUDGET_TABLE, ExperimentResources, HandlerSettings  # noqa: E402
 
 REGION = "us-east-1"
 EXP_ID = "bench"
@@ -130,30 +130,6 @@ def start_moto() -> tuple[subprocess.Popen[str], str]:
     return process, f"http://127.0.0.1:{port}"
 
 
-def create_table(dynamodb: object, spec: TableSpec) -> None:
-    attributes = {spec.partition_key: "S"}
-    indexes = []
-    for index in spec.indexes:
-        attributes |= {index.partition_key: "S", index.sort_key: "N"}
-        indexes.append(
-            {
-                "IndexName": index.name,
-                "KeySchema": [
-                    {"AttributeName": index.partition_key, "KeyType": "HASH"},
-                    {"AttributeName": index.sort_key, "KeyType": "RANGE"},
-                ],
-                "Projection": {"ProjectionType": "ALL"},
-            }
-        )
-    dynamodb.create_table(
-        TableName=spec.name,
-        KeySchema=[{"AttributeName": spec.partition_key, "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": n, "AttributeType": t} for n, t in attributes.items()],
-        BillingMode="PAY_PER_REQUEST",
-        **({"GlobalSecondaryIndexes": indexes} if indexes else {}),
-    )
-
-
 def dispatch_fully(request: DispatchRequest, receive_count: int, rt: Runtime) -> str:
     """The whole dispatcher path: sessions table, session budget, result check, TPS budget, invoke."""
     return dispatch(request, receive_count=receive_count, rt=rt).value
@@ -200,8 +176,8 @@ def run(args: argparse.Namespace) -> dict[str, float]:
             )
             resources = ExperimentResources.for_experiment(EXP_ID)
             clients.s3.create_bucket(Bucket=BUCKET)
-            create_table(clients.dynamodb, resources.sessions_table)
-            create_table(clients.dynamodb, BUDGET_TABLE)
+            clients.dynamodb.create_table(**resources.sessions_table.create_table_request())
+            clients.dynamodb.create_table(**BUDGET_TABLE.create_table_request())
             settings = HandlerSettings(
                 exp_id=EXP_ID,
                 results_bucket=BUCKET,

@@ -188,30 +188,7 @@ def _ensure_table(dynamodb: Any, spec: TableSpec) -> None:
     except ClientError as exc:
         if _code(exc) != "ResourceNotFoundException":
             raise
-        attributes = {spec.partition_key: "S"}
-        request: dict[str, Any] = {}
-        if spec.indexes:
-            for index in spec.indexes:
-                attributes.setdefault(index.partition_key, "S")
-                attributes.setdefault(index.sort_key, "N")
-            request["GlobalSecondaryIndexes"] = [
-                {
-                    "IndexName": index.name,
-                    "KeySchema": [
-                        {"AttributeName": index.partition_key, "KeyType": "HASH"},
-                        {"AttributeName": index.sort_key, "KeyType": "RANGE"},
-                    ],
-                    "Projection": {"ProjectionType": "ALL"},
-                }
-                for index in spec.indexes
-            ]
-        dynamodb.create_table(
-            TableName=spec.name,
-            BillingMode="PAY_PER_REQUEST",
-            KeySchema=[{"AttributeName": spec.partition_key, "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": name, "AttributeType": kind} for name, kind in attributes.items()],
-            **request,
-        )
+        dynamodb.create_table(**spec.create_table_request())
         dynamodb.get_waiter("table_exists").wait(TableName=spec.name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 50})
     ttl = dynamodb.describe_time_to_live(TableName=spec.name)["TimeToLiveDescription"]
     if ttl.get("TimeToLiveStatus") not in ("ENABLED", "ENABLING"):

@@ -87,6 +87,35 @@ class TableSpec(NamedTuple):
     ttl_attribute: str
     indexes: tuple[IndexSpec, ...] = ()
 
+    def create_table_request(self) -> dict[str, Any]:
+        """The ``CreateTable`` request of this table: on demand, indexes with a string partition and a number
+        sort key, every attribute projected (TTL is a separate call)."""
+        attributes = {self.partition_key: "S"}
+        for index in self.indexes:
+            attributes.setdefault(index.partition_key, "S")
+            attributes.setdefault(index.sort_key, "N")
+        request: dict[str, Any] = {
+            "TableName": self.name,
+            "BillingMode": "PAY_PER_REQUEST",
+            "KeySchema": [{"AttributeName": self.partition_key, "KeyType": "HASH"}],
+            "AttributeDefinitions": [
+                {"AttributeName": name, "AttributeType": kind} for name, kind in attributes.items()
+            ],
+        }
+        if self.indexes:
+            request["GlobalSecondaryIndexes"] = [
+                {
+                    "IndexName": index.name,
+                    "KeySchema": [
+                        {"AttributeName": index.partition_key, "KeyType": "HASH"},
+                        {"AttributeName": index.sort_key, "KeyType": "RANGE"},
+                    ],
+                    "Projection": {"ProjectionType": "ALL"},
+                }
+                for index in self.indexes
+            ]
+        return request
+
 
 # Sessions table: one item per rollout. The sparse index holds rollouts in flight only (the
 # attribute is removed when a rollout finishes), sorted by deadline, for the sweeper.

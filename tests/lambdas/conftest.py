@@ -36,7 +36,6 @@ from rollout_contract.resources import (
     BUDGET_TABLE,
     ExperimentResources,
     HandlerSettings,
-    TableSpec,
     result_event_pattern,
 )
 
@@ -218,34 +217,6 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     current_runtime.cache_clear()
 
 
-def create_table(dynamodb: Any, spec: TableSpec) -> None:
-    """Create a table from its contract definition."""
-    attributes = {spec.partition_key: "S"}
-    indexes = []
-    for index in spec.indexes:
-        attributes[index.partition_key] = "S"
-        attributes[index.sort_key] = "N"
-        indexes.append(
-            {
-                "IndexName": index.name,
-                "KeySchema": [
-                    {"AttributeName": index.partition_key, "KeyType": "HASH"},
-                    {"AttributeName": index.sort_key, "KeyType": "RANGE"},
-                ],
-                "Projection": {"ProjectionType": "ALL"},
-            }
-        )
-    request: dict[str, Any] = {
-        "TableName": spec.name,
-        "KeySchema": [{"AttributeName": spec.partition_key, "KeyType": "HASH"}],
-        "AttributeDefinitions": [{"AttributeName": n, "AttributeType": t} for n, t in attributes.items()],
-        "BillingMode": "PAY_PER_REQUEST",
-    }
-    if indexes:
-        request["GlobalSecondaryIndexes"] = indexes
-    dynamodb.create_table(**request)
-
-
 @dataclass
 class Env:
     """One provisioned experiment: its runtime (real clients: moto and the ACR double) and helpers."""
@@ -286,8 +257,8 @@ def env(
     resources = ExperimentResources.for_experiment(EXP_ID)
     s3, sqs, dynamodb, events = (boto_session.client(name) for name in ("s3", "sqs", "dynamodb", "events"))
     s3.create_bucket(Bucket=BUCKET)
-    create_table(dynamodb, resources.sessions_table)
-    create_table(dynamodb, BUDGET_TABLE)
+    dynamodb.create_table(**resources.sessions_table.create_table_request())
+    dynamodb.create_table(**BUDGET_TABLE.create_table_request())
     visibility = str(resources.dispatch_queue.visibility_timeout_s)
     dispatch_url = sqs.create_queue(
         QueueName=resources.dispatch_queue.name, Attributes={"VisibilityTimeout": visibility}

@@ -13,7 +13,7 @@ import pytest
 from lambdas.exceptions import NoTokenError
 from lambdas.tps import IDLE_WINDOW_S, TPS_HEADROOM, TpsBudget
 from rollout_contract.resources import BUDGET_TABLE
-from tests.lambdas.conftest import RUNTIME_ARN, CallCounter, create_table
+from tests.lambdas.conftest import RUNTIME_ARN, CallCounter
 
 
 class Serialized:
@@ -58,7 +58,7 @@ def at(moment: float) -> Any:
 @pytest.fixture
 def dynamodb(aws: None, boto_session: boto3.Session):
     client = boto_session.client("dynamodb")
-    create_table(client, BUDGET_TABLE)
+    client.create_table(**BUDGET_TABLE.create_table_request())
     return client
 
 

@@ -66,28 +66,7 @@ def create_experiment(exp_id: str = EXP_ID, bucket: str = BUCKET) -> ExperimentD
     ]
     events.put_rule(Name=resources.result_rule_name, EventPattern=json.dumps(result_event_pattern(bucket, exp_id)))
     events.put_targets(Rule=resources.result_rule_name, Targets=[{"Id": "completions", "Arn": completion_arn}])
-    table = resources.sessions_table
-    index = table.indexes[0]
-    boto3.client("dynamodb").create_table(
-        TableName=table.name,
-        BillingMode="PAY_PER_REQUEST",
-        KeySchema=[{"AttributeName": table.partition_key, "KeyType": "HASH"}],
-        AttributeDefinitions=[
-            {"AttributeName": table.partition_key, "AttributeType": "S"},
-            {"AttributeName": index.partition_key, "AttributeType": "S"},
-            {"AttributeName": index.sort_key, "AttributeType": "N"},
-        ],
-        GlobalSecondaryIndexes=[
-            {
-                "IndexName": index.name,
-                "KeySchema": [
-                    {"AttributeName": index.partition_key, "KeyType": "HASH"},
-                    {"AttributeName": index.sort_key, "KeyType": "RANGE"},
-                ],
-                "Projection": {"ProjectionType": "ALL"},
-            }
-        ],
-    )
+    boto3.client("dynamodb").create_table(**resources.sessions_table.create_table_request())
     if "budgets" not in boto3.client("dynamodb").list_tables()["TableNames"]:  # account-wide: one per test
         boto3.client("dynamodb").create_table(
             TableName="budgets",
@@ -101,7 +80,7 @@ def create_experiment(exp_id: str = EXP_ID, bucket: str = BUCKET) -> ExperimentD
         results_bucket=bucket,
         dispatch_queue_url=urls[resources.dispatch_queue.name],
         completion_queue_url=completion_url,
-        sessions_table=table.name,
+        sessions_table=resources.sessions_table.name,
         budget_table="budgets",
         runtime_arn=RUNTIME_ARN,
         tps_limit=25.0,
