@@ -132,6 +132,8 @@ class ExperimentStack(Stack):
             },
             functions={name: worker.function for name, worker in self.workers.all.items()},
             max_lifetime_s=settings.max_lifetime_s,
+            tps_limit=settings.tps_limit,
+            session_budget=settings.session_budget,
         )
         self._outputs()
         self._acknowledge_nag_findings(exp_id, sandbox=settings.kind is ExperimentKind.SANDBOX)

@@ -98,7 +98,12 @@ class RolloutAlarms(Construct):
                 f"{exp_id}: the {name} Lambda failed (see its log group)",
             )
         self._at_least_one(
-            metrics.throttled(),
+            cw.MathExpression(
+                expression="FILL(throttled, 0) + FILL(out_of_sessions, 0)",
+                using_metrics={"throttled": metrics.throttled(), "out_of_sessions": metrics.out_of_sessions()},
+                label="throttled or out of sessions",
+                period=PERIOD,
+            ),
             "SustainedThrottling",
             f"{exp_id}: InvokeAgentRuntime throttled or out of sessions for {THROTTLE_MINUTES} minutes; "
             "lower tps_limit or session_budget, or raise the quotas",
@@ -153,9 +158,16 @@ class RolloutDashboard(Construct):
         functions: Mapping[str, lambda_.IFunction],
         alarms: list[cw.Alarm],
         max_lifetime_s: int,
+        tps_limit: float,
+        session_budget: int,
     ) -> None:
         super().__init__(scope, construct_id)
         metric = metrics.metric
+        per_minute = tps_limit * 60  # the graph's unit: a 1-minute Sum
+        invoke_budget = cw.HorizontalAnnotation(
+            value=per_minute, label=f"invoke budget ({tps_limit:g}/s = {per_minute:g}/min, stops included)"
+        )
+        sessions_line = cw.HorizontalAnnotation(value=session_budget, label=f"session budget ({session_budget})")
         submitted = dispatch_queue.metric_number_of_messages_sent(label="submitted", period=PERIOD, statistic="Sum")
         completed = [
             metric(names.COMPLETED, label=status.value, extra={names.STATUS_DIMENSION: status.value})
@@ -167,6 +179,7 @@ class RolloutDashboard(Construct):
             _graph(
                 "Submitted, dispatched, completed",
                 [submitted, metric(names.INVOKED, label="dispatched"), *completed],
+                annotations=[invoke_budget],
             ),
             _graph(
                 "In flight",
@@ -175,6 +188,7 @@ class RolloutDashboard(Construct):
                     runtime.metric_session_count(label="runtime sessions", period=PERIOD),
                 ],
                 right=[metrics.overdue()],
+                annotations=[sessions_line],
             ),
             _graph(
                 "Dispatch lag (s)",
@@ -230,7 +244,8 @@ class Monitoring(Construct):
     sweeper's ``RolloutsOverdue`` gauge above 0 for ``STUCK_MINUTES`` minutes, i.e. rollouts in flight more
     than ``OVERDUE_GRACE_S`` past their deadline that the sweeper keeps failing to end. The sweeper publishes
     the gauge every minute, 0 included, so missing data means the sweeper is not running, and nothing ends
-    overdue rollouts any more: missing data counts as breaching. The alarms have no actions; subscribe a
+    overdue rollouts any more: missing data counts as breaching. ``tps_limit`` and ``session_budget`` are drawn
+    on the dispatched (per minute: ``tps_limit * 60``) and in-flight graphs. The alarms have no actions; subscribe a
     topic to them (``alarms`` lists them) where needed. ``max_lifetime_s`` (ACR's session lifetime) is drawn
     on the rollout-duration graph.
     """
@@ -247,6 +262,8 @@ class Monitoring(Construct):
         dead_letter_queues: Mapping[str, sqs.IQueue],
         functions: Mapping[str, lambda_.IFunction],
         max_lifetime_s: int,
+        tps_limit: float,
+        session_budget: int,
     ) -> None:
         super().__init__(scope, construct_id)
         self.metrics = RolloutMetrics(exp_id)
@@ -264,6 +281,8 @@ class Monitoring(Construct):
             functions=functions,
             alarms=self.alarms,
             max_lifetime_s=max_lifetime_s,
+            tps_limit=tps_limit,
+            session_budget=session_budget,
         ).dashboard
 
 

@@ -20,7 +20,7 @@ from infra.nag import add_nag_checks
 from rollout_contract.budgets import SESSION_BUDGET_ID
 from rollout_contract.keys import experiment_prefix, payload_ref_prefix
 from rollout_contract.metrics import NAMESPACE, OVERDUE
-from rollout_contract.protocol import DEFAULT_INVOKE_TPS
+from rollout_contract.protocol import DEFAULT_INVOKE_TPS, SERVICE_QUOTA_EXCEEDED, THROTTLING
 from rollout_contract.resources import (
     AGENT_REPOSITORY_NAME,
     BUDGET_TABLE,
@@ -581,10 +581,21 @@ def test_alarms_cover_dead_letters_errors_throttling_and_stuck_rollouts(synth: S
         ["ApproximateNumberOfMessagesVisible"] * 3 + ["Errors"] * 3 + ["DispatchErrors", "RolloutsOverdue"]
     )
     throttling = next(a for a in alarms if _metric_names(a) == {"DispatchErrors"})
-    dimensions = throttling["Metrics"][0]["MetricStat"]["Metric"]["Dimensions"]
-    assert {"Name": "error_code", "Value": "ThrottlingException"} in dimensions
+    codes = {
+        dimension["Value"]
+        for query in throttling["Metrics"]
+        if "MetricStat" in query
+        for dimension in query["MetricStat"]["Metric"]["Dimensions"]
+        if dimension["Name"] == "error_code"
+    }
+    # AND "throttled or out of sessions" counts both refusals
+    assert codes == {THROTTLING.code, SERVICE_QUOTA_EXCEEDED.code}
     assert throttling["EvaluationPeriods"] == 10
-    assert synth.experiments["alpha"].find_resources("AWS::CloudWatch::Dashboard")
+    # AND the dashboard draws the invoke budget per minute on "dispatched" and the session budget on "in flight"
+    (dashboard,) = synth.experiments["alpha"].find_resources("AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    assert "invoke budget (25/s = 1500/min, stops included)" in body and '"value\\":1500' in body
+    assert "session budget (" in body
 
 
 def test_stuck_rollouts_alarm_pages_on_3_minutes_of_overdue_rollouts_or_a_silent_sweeper(
