@@ -125,6 +125,7 @@ class ExperimentStack(Stack):
             dashboard_name=names.dashboard_name(self.region),
             runtime=runtime,
             dispatch_queue=self.dispatch.queue,
+            completion_queue=self.completions.queue,
             dead_letter_queues={
                 "dispatch": self.dispatch.dead_letter_queue,
                 "completion": self.completions.dead_letter_queue,
@@ -134,6 +135,7 @@ class ExperimentStack(Stack):
             max_lifetime_s=settings.max_lifetime_s,
             tps_limit=settings.tps_limit,
             session_budget=settings.session_budget,
+            alarm_topic_arn=settings.alarm_topic_arn,
         )
         self._outputs()
         self._acknowledge_nag_findings(exp_id, sandbox=settings.kind is ExperimentKind.SANDBOX)

@@ -7,7 +7,9 @@ from collections.abc import Mapping
 from aws_cdk import Duration
 from aws_cdk import aws_bedrockagentcore as agentcore
 from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
@@ -21,6 +23,12 @@ WIDTH = 8
 THROTTLE_MINUTES = 10
 #: Back-to-back 1-minute periods with a rollout stuck past its deadline (or no sweeper data) that page.
 STUCK_MINUTES = 3
+#: Dollars per hour of one ACR session, for the dashboard's cost estimate: 2 vCPU x $0.0895 per vCPU-hour +
+#: 8 GB x $0.00945 per GB-hour (AWS's AgentCore pricing page, Runtime, us-east-1, 2025-10 GA prices; the
+#: session size is ACR's microVM, 2 vCPU / 8 GB). An upper bound: ACR bills CPU only while it is busy, not
+#: during I/O waits. Session time is taken as ``RolloutDuration`` (handler start to result), which leaves out
+#: cold start and the time until the session is stopped.
+SESSION_HOUR_USD = 2 * 0.0895 + 8 * 0.00945
 
 
 class RolloutMetrics:
@@ -71,9 +79,10 @@ def dead_letter_depths(dead_letter_queues: Mapping[str, sqs.IQueue]) -> dict[str
 
 
 class RolloutAlarms(Construct):
-    """Any DLQ not empty, any Lambda error, sustained invoke throttling, stuck rollouts (no actions).
+    """Any DLQ not empty, any Lambda error, sustained invoke throttling, stuck rollouts.
 
-    Each is named ``agentcore-rollouts-<exp_id>-<construct id>`` (``rollouts top`` lists them by that prefix).
+    Each is named ``agentcore-rollouts-<exp_id>-<construct id>`` (``rollouts top`` lists them by that prefix)
+    and, given ``alarm_topic_arn``, notifies that SNS topic when it goes into alarm.
     """
 
     def __init__(
@@ -84,6 +93,7 @@ class RolloutAlarms(Construct):
         metrics: RolloutMetrics,
         dead_letter_queues: Mapping[str, sqs.IQueue],
         functions: Mapping[str, lambda_.IFunction],
+        alarm_topic_arn: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         exp_id = metrics.exp_id
@@ -125,6 +135,10 @@ class RolloutAlarms(Construct):
                 treat_missing_data=cw.TreatMissingData.BREACHING,
             )
         )
+        if alarm_topic_arn is not None:
+            action = cw_actions.SnsAction(sns.Topic.from_topic_arn(self, "Topic", alarm_topic_arn))
+            for alarm in self.alarms:
+                alarm.add_alarm_action(action)
 
     def _at_least_one(self, metric: cw.IMetric, construct_id: str, description: str, *, periods: int = 1) -> None:
         """Alarm when ``metric`` is at least 1 for ``periods`` minutes in a row (no data: fine)."""
@@ -143,7 +157,8 @@ class RolloutAlarms(Construct):
 
 
 class RolloutDashboard(Construct):
-    """Throughput, backlog, runtime, Lambdas, DLQs, rewards, durations, and the alarms' states."""
+    """Throughput (stops included), backlog, runtime, failures by status, Lambdas, rewards, durations, DLQs,
+    session-hours and estimated cost, and the alarms' states."""
 
     def __init__(
         self,
@@ -154,6 +169,7 @@ class RolloutDashboard(Construct):
         dashboard_name: str,
         runtime: agentcore.IBedrockAgentRuntime,
         dispatch_queue: sqs.IQueue,
+        completion_queue: sqs.IQueue,
         dead_letter_queues: Mapping[str, sqs.IQueue],
         functions: Mapping[str, lambda_.IFunction],
         alarms: list[cw.Alarm],
@@ -169,16 +185,28 @@ class RolloutDashboard(Construct):
         )
         sessions_line = cw.HorizontalAnnotation(value=session_budget, label=f"session budget ({session_budget})")
         submitted = dispatch_queue.metric_number_of_messages_sent(label="submitted", period=PERIOD, statistic="Sum")
-        completed = [
-            metric(names.COMPLETED, label=status.value, extra={names.STATUS_DIMENSION: status.value})
+        completed = {
+            status: metric(names.COMPLETED, label=status.value, extra={names.STATUS_DIMENSION: status.value})
             for status in Status
-        ]
+        }
+        failures = [count for status, count in completed.items() if status is not Status.SUCCEEDED]
         dispatch_lag = dispatch_queue.metric_approximate_age_of_oldest_message(label="oldest dispatch request (s)")
+        # A completion event is sent when the result is written (S3 -> EventBridge -> SQS), so its age in the
+        # completion queue is the result-written -> trainer latency (no metric measures it end to end).
+        trainer_lag = completion_queue.metric_approximate_age_of_oldest_message(
+            label="oldest completion not yet read by the trainer (s)", period=PERIOD, statistic="Maximum"
+        )
+        session_hours, cost = _session_hours_and_cost(metrics)
         self.dashboard = cw.Dashboard(self, "Resource", dashboard_name=dashboard_name)
         self.dashboard.add_widgets(
             _graph(
-                "Submitted, dispatched, completed",
-                [submitted, metric(names.INVOKED, label="dispatched"), *completed],
+                "Submitted, dispatched, stopped, succeeded",
+                [
+                    submitted,
+                    metric(names.INVOKED, label="dispatched"),
+                    metric(names.STOPS, label="session stops"),
+                    completed[Status.SUCCEEDED],
+                ],
                 annotations=[invoke_budget],
             ),
             _graph(
@@ -203,6 +231,7 @@ class RolloutDashboard(Construct):
                     metrics.throttled(),
                     metrics.out_of_sessions(),
                     runtime.metric_throttles(label="runtime throttles", period=PERIOD),
+                    metric(names.STOP_FAILURES, label="stop failures"),
                 ],
             ),
             _graph(
@@ -214,7 +243,7 @@ class RolloutDashboard(Construct):
                 ],
                 right=[runtime.metric_latency(label="latency", period=PERIOD)],
             ),
-            _graph("Dead-letter queue depth", list(dead_letter_depths(dead_letter_queues).values())),
+            _graph("Failed rollouts by status", failures),
         )
         self.dashboard.add_widgets(
             _graph(
@@ -230,11 +259,23 @@ class RolloutDashboard(Construct):
         self.dashboard.add_widgets(
             _graph(
                 "Rollout duration (s)",
-                [metric(names.DURATION, label=p, statistic=p) for p in ("p50", "p90", "p99")],
+                [
+                    *(metric(names.DURATION, label=p, statistic=p) for p in ("p50", "p90", "p99")),
+                    metric(names.START_DELAY, label="dispatched -> started p90 (cold start)", statistic="p90"),
+                ],
+            ),
+            _graph(
+                "Longest rollout vs session lifetime (s)",
+                [metric(names.DURATION, label="longest rollout", statistic="Maximum")],
                 annotations=[cw.HorizontalAnnotation(value=max_lifetime_s, label="max session lifetime")],
             ),
-            cw.AlarmStatusWidget(title="Alarms", alarms=alarms, width=2 * WIDTH),
+            _graph("Dead-letter queue depth", list(dead_letter_depths(dead_letter_queues).values())),
         )
+        self.dashboard.add_widgets(
+            _graph("Session-hours and cost", [session_hours], right=[cost]),
+            _graph("Result written -> trainer (s)", [trainer_lag]),
+        )
+        self.dashboard.add_widgets(cw.AlarmStatusWidget(title="Alarms", alarms=alarms, width=3 * WIDTH))
 
 
 class Monitoring(Construct):
@@ -245,9 +286,10 @@ class Monitoring(Construct):
     than ``OVERDUE_GRACE_S`` past their deadline that the sweeper keeps failing to end. The sweeper publishes
     the gauge every minute, 0 included, so missing data means the sweeper is not running, and nothing ends
     overdue rollouts any more: missing data counts as breaching. ``tps_limit`` and ``session_budget`` are drawn
-    on the dispatched (per minute: ``tps_limit * 60``) and in-flight graphs. The alarms have no actions; subscribe a
-    topic to them (``alarms`` lists them) where needed. ``max_lifetime_s`` (ACR's session lifetime) is drawn
-    on the rollout-duration graph.
+    on the dispatched (per minute: ``tps_limit * 60``) and in-flight graphs. ``alarm_topic_arn`` (an SNS topic)
+    becomes every alarm's action; without it the alarms have none. ``max_lifetime_s`` (ACR's session lifetime)
+    is drawn on a graph of its own, against the longest rollout, so the duration graph keeps a scale that
+    suits minute-long rollouts.
     """
 
     def __init__(
@@ -259,16 +301,23 @@ class Monitoring(Construct):
         dashboard_name: str,
         runtime: agentcore.IBedrockAgentRuntime,
         dispatch_queue: sqs.IQueue,
+        completion_queue: sqs.IQueue,
         dead_letter_queues: Mapping[str, sqs.IQueue],
         functions: Mapping[str, lambda_.IFunction],
         max_lifetime_s: int,
         tps_limit: float,
         session_budget: int,
+        alarm_topic_arn: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.metrics = RolloutMetrics(exp_id)
         self.alarms = RolloutAlarms(
-            self, "Alarms", metrics=self.metrics, dead_letter_queues=dead_letter_queues, functions=functions
+            self,
+            "Alarms",
+            metrics=self.metrics,
+            dead_letter_queues=dead_letter_queues,
+            functions=functions,
+            alarm_topic_arn=alarm_topic_arn,
         ).alarms
         self.dashboard = RolloutDashboard(
             self,
@@ -277,6 +326,7 @@ class Monitoring(Construct):
             dashboard_name=dashboard_name,
             runtime=runtime,
             dispatch_queue=dispatch_queue,
+            completion_queue=completion_queue,
             dead_letter_queues=dead_letter_queues,
             functions=functions,
             alarms=self.alarms,
@@ -284,6 +334,22 @@ class Monitoring(Construct):
             tps_limit=tps_limit,
             session_budget=session_budget,
         ).dashboard
+
+
+def _session_hours_and_cost(metrics: RolloutMetrics) -> tuple[cw.MathExpression, cw.MathExpression]:
+    """Session-hours per minute (left) and the estimated dollars per 1,000 rollouts (right), from durations."""
+    using = {
+        "seconds": metrics.metric(names.DURATION, statistic="Sum"),
+        "rollouts": metrics.metric(names.DURATION, statistic="SampleCount"),
+    }
+    hours = cw.MathExpression(expression="seconds / 3600", using_metrics=using, label="session-hours", period=PERIOD)
+    cost = cw.MathExpression(
+        expression=f"1000 * seconds / 3600 * {SESSION_HOUR_USD:.4f} / rollouts",
+        using_metrics=using,
+        label=f"est. USD per 1,000 rollouts (${SESSION_HOUR_USD:.4f}/session-hour)",
+        period=PERIOD,
+    )
+    return hours, cost
 
 
 def _graph(

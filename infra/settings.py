@@ -69,6 +69,7 @@ CONTEXT_FLAGS = (
     "runtime_arn",
     "runtime_role_arn",
     "sandbox",
+    "alarm_topic_arn",
 )
 #: Flags that configure a runtime the stack creates; an adopted runtime (``-c runtime_arn``) keeps its own.
 RUNTIME_FLAGS = (
@@ -89,6 +90,7 @@ _RUNTIME_ARN = re.compile(
 _ROLE_ARN = re.compile(
     r"^arn:(?P<partition>aws[a-z-]*):iam::(?P<account>\d{12}):role/(?:[\w+=,.@/-]+/)?[\w+=,.@-]{1,64}$"
 )
+_TOPIC_ARN = re.compile(r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}(\.fifo)?$")
 _FIND_ROLE = (
     "aws bedrock-agentcore-control get-agent-runtime --agent-runtime-id {id} --query roleArn --output text "
     "(or execution_role in the agentcore CLI's .bedrock_agentcore.yaml)"
@@ -188,6 +190,8 @@ class ExperimentSettings:
     #: What the runtime hosts: an agent, or the sandbox daemon (``-c sandbox=true``; trainers may then start
     #: sandboxes: invoke and stop the runtime, record sandbox sessions, spend the budgets).
     kind: ExperimentKind = ExperimentKind.AGENT
+    #: An SNS topic every alarm of the experiment notifies (``-c alarm_topic_arn``); ``None``: no alarm actions.
+    alarm_topic_arn: str | None = None
 
 
 def experiment_settings(context: Mapping[str, str | None]) -> ExperimentSettings:
@@ -233,7 +237,18 @@ def experiment_settings(context: Mapping[str, str | None]) -> ExperimentSettings
         ),
         first_writer_wins=_boolean(context, "first_writer_wins", default=True),
         kind=ExperimentKind.SANDBOX if _boolean(context, "sandbox", default=False) else ExperimentKind.AGENT,
+        alarm_topic_arn=_topic_arn(context),
     )
+
+
+def _topic_arn(context: Mapping[str, str | None]) -> str | None:
+    arn = _text(context, "alarm_topic_arn")
+    if arn is not None and _TOPIC_ARN.match(arn) is None:
+        raise ContextError(
+            f"-c alarm_topic_arn={arn!r} is not an SNS topic ARN; expected e.g. "
+            "arn:aws:sns:us-west-2:123456789012:rollout-alarms (`aws sns list-topics` lists yours)"
+        )
+    return arn
 
 
 def _adopted_runtime(context: Mapping[str, str | None]) -> AdoptedRuntime | None:

@@ -78,6 +78,8 @@ def end_sandbox(key: ResultKey, rt: Runtime) -> Transition:
 def stop_session(session_id: str, rt: Runtime) -> None:
     """Stop a session; a session ACR does not know is fine, a final error is logged and counted.
 
+    Every call ACR answers counts in ``SessionStops`` (stops share the invoke budget with invokes).
+
     Raises:
         NoTokenError: no invoke-budget slot for the stop call.
         RetryableAcrError: the stop may pass later.
@@ -86,8 +88,10 @@ def stop_session(session_id: str, rt: Runtime) -> None:
         stopped = rt.acr.stop(session_id)
     except FinalAcrError as exc:
         logger.error("StopRuntimeSession failed", extra={"session_id": session_id, "error_code": exc.code})
+        add_metric(names.STOPS, 1)
         add_metric(names.STOP_FAILURES, 1)
         return
+    add_metric(names.STOPS, 1)
     if not stopped:
         logger.debug("session was not running", extra={"session_id": session_id})
 

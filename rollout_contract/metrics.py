@@ -31,6 +31,7 @@ START_DELAY = "StartDelay"  # Seconds: dispatched to handler start (cold start, 
 REWARD = "Reward"  # None: the scalar reward of a finished rollout, where numeric
 IN_FLIGHT = "RolloutsInFlight"  # Count (gauge, by the sweeper): rollouts holding a session slot
 SLOT_DRIFT = "SessionSlotDrift"  # Count: correction the sweeper applied to the slot count
+STOPS = "SessionStops"  # Count: StopRuntimeSession calls ACR answered (each took an invoke-budget slot)
 STOP_FAILURES = "StopFailures"  # Count: StopRuntimeSession calls that failed for good
 BATCH_RECORDS = "BatchRecords"  # Count: records one dispatcher or finisher invocation received
 SWEEPER_RUNS = "SweeperRuns"  # Count: sweeper invocations (one a minute when it is scheduled and healthy)

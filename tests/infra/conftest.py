@@ -29,6 +29,8 @@ from rollout_contract.resources import SHARED_STACK_NAME
 EXPERIMENTS = ("alpha", "alpha-2")
 #: The experiment deployed with ``-c sandbox=true`` (its runtime hosts the sandbox daemon), so nag checks both kinds.
 SANDBOX_EXPERIMENT = "alpha-2"
+#: The SNS topic :data:`SANDBOX_EXPERIMENT`'s alarms notify (``-c alarm_topic_arn``); the other's have no actions.
+ALARM_TOPIC_ARN = "arn:aws:sns:us-west-2:123456789012:rollout-alarms"
 ACCOUNT = "123456789012"
 REGION = "us-west-2"
 MODES = ("agnostic", "bound")
@@ -54,7 +56,7 @@ class Synthesized:
 
 def synthesize(outdir: Path, *, env: Environment | None, experiments: tuple[str, ...] = EXPERIMENTS) -> Synthesized:
     """Synthesize the shared stack and ``experiments`` (image tag ``v1``; :data:`SANDBOX_EXPERIMENT` with
-    ``-c sandbox=true``) with cdk-nag, into ``outdir``."""
+    ``-c sandbox=true -c alarm_topic_arn=ALARM_TOPIC_ARN``) with cdk-nag, into ``outdir``."""
     app = App(outdir=str(outdir))
     add_nag_checks(app)
     shared = build_shared(app, env=env)
@@ -65,7 +67,7 @@ def synthesize(outdir: Path, *, env: Environment | None, experiments: tuple[str,
                 {
                     "experiment": exp_id,
                     "image_tag": "v1",
-                    **({"sandbox": "true"} if exp_id == SANDBOX_EXPERIMENT else {}),
+                    **({"sandbox": "true", "alarm_topic_arn": ALARM_TOPIC_ARN} if exp_id == SANDBOX_EXPERIMENT else {}),
                 }
             ),
             shared=shared,

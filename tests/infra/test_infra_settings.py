@@ -148,3 +148,17 @@ def test_the_model_name_and_the_fields_the_agent_needs_are_read_from_context() -
     assert experiment_settings({"experiment": "demo"}).required_rollout_fields == ()
     with pytest.raises(ContextError, match=r"-c required_rollout_fields='model-id': model-id is not a _rollout field"):
         experiment_settings({"experiment": "demo", "required_rollout_fields": "model-id"})
+
+
+def test_alarm_topic_arn_is_read_and_a_malformed_one_is_refused_with_an_example() -> None:
+    # GIVEN an SNS topic ARN WHEN the settings are built THEN it is kept as given
+    arn = "arn:aws:sns:us-west-2:123456789012:rollout-alarms"
+    base = {"experiment": "exp", "image_tag": "v1"}
+    assert experiment_settings({**base, "alarm_topic_arn": arn}).alarm_topic_arn == arn
+    assert experiment_settings(base).alarm_topic_arn is None
+    # AND a topic name or a queue ARN is refused, naming the flag and an example
+    for bad in ("rollout-alarms", "arn:aws:sqs:us-west-2:123456789012:q"):
+        with pytest.raises(
+            ContextError, match=r"-c alarm_topic_arn=.* is not an SNS topic ARN; expected e\.g\. arn:aws:sns:"
+        ):
+            experiment_settings({**base, "alarm_topic_arn": bad})

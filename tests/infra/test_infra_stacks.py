@@ -16,10 +16,11 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Match, Template
 
 from infra.functions import powertools_version
+from infra.monitoring import SESSION_HOUR_USD
 from infra.nag import add_nag_checks
 from rollout_contract.budgets import SESSION_BUDGET_ID
 from rollout_contract.keys import experiment_prefix, payload_ref_prefix
-from rollout_contract.metrics import NAMESPACE, OVERDUE
+from rollout_contract.metrics import COMPLETED, DURATION, NAMESPACE, OVERDUE, STOPS
 from rollout_contract.protocol import DEFAULT_INVOKE_TPS, SERVICE_QUOTA_EXCEEDED, THROTTLING
 from rollout_contract.resources import (
     AGENT_REPOSITORY_NAME,
@@ -32,8 +33,9 @@ from rollout_contract.resources import (
     QueueSpec,
     result_event_pattern,
 )
+from rollout_contract.results import Status
 from rollout_contract.sandbox import SANDBOX_SESSION_PREFIX
-from tests.infra.conftest import MODES, SANDBOX_EXPERIMENT, SYNTH_TIMEOUT_S, Synthesized
+from tests.infra.conftest import ALARM_TOPIC_ARN, MODES, SANDBOX_EXPERIMENT, SYNTH_TIMEOUT_S, Synthesized
 from trainer_client.doctor import policy_lets_rule_send
 
 #: The first test also pays for the session's synth of two apps (minutes on a busy machine).
@@ -621,6 +623,63 @@ def test_stuck_rollouts_alarm_pages_on_3_minutes_of_overdue_rollouts_or_a_silent
     widgets = json.loads(_render(dashboard["Properties"]["DashboardBody"]))["widgets"]
     in_flight = next(w for w in widgets if w["properties"].get("title") == "In flight")
     assert any(OVERDUE in metric for metric in in_flight["properties"]["metrics"])
+
+
+def _widgets(template: Template) -> dict[str, dict[str, Any]]:
+    """The dashboard's graph widgets' properties, by title."""
+    (dashboard,) = _resources(template, "AWS::CloudWatch::Dashboard").values()
+    widgets = json.loads(_render(dashboard["Properties"]["DashboardBody"]))["widgets"]
+    return {w["properties"]["title"]: w["properties"] for w in widgets if w["type"] == "metric"}
+
+
+def _drawn(widget: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(metric name, label, statistic) of each visible metric a widget draws; ("", label, expression) of each math."""
+    drawn = []
+    for *metric, options in widget["metrics"]:
+        if "expression" in options:
+            drawn.append(("", options["label"], options["expression"]))
+        elif options.get("visible", True):
+            drawn.append((metric[1], options["label"], options.get("stat", "Average")))
+    return drawn
+
+
+def test_dashboard_graphs_stops_failures_by_status_cost_and_durations_on_a_minute_scale(synth: Synthesized) -> None:
+    # GIVEN the alpha stack WHEN its dashboard's widgets are read
+    widgets = _widgets(synth.experiments["alpha"])
+    # THEN stops are drawn with dispatches, under the invoke budget they share
+    throughput = widgets["Submitted, dispatched, stopped, succeeded"]
+    assert (STOPS, "session stops", "Sum") in _drawn(throughput)
+    assert [a["value"] for a in throughput["annotations"]["horizontal"]] == [DEFAULT_INVOKE_TPS * 60]
+    # AND failures have a widget of their own, one series per failed status, none of them in throughput
+    failures = widgets["Failed rollouts by status"]
+    assert [label for _, label, _ in _drawn(failures)] == [s.value for s in Status if s is not Status.SUCCEEDED]
+    assert [label for name, label, _ in _drawn(throughput) if name == COMPLETED] == [Status.SUCCEEDED.value]
+    # AND the duration graph has no 8-hour lifetime line; the lifetime is drawn against the longest rollout
+    assert "annotations" not in widgets["Rollout duration (s)"]
+    lifetime = widgets["Longest rollout vs session lifetime (s)"]
+    assert [a["value"] for a in lifetime["annotations"]["horizontal"]] == [28_800]
+    assert _drawn(lifetime) == [(DURATION, "longest rollout", "Maximum")]
+    # AND session-hours and the cost per 1,000 rollouts are computed from the durations' sum and count
+    expressions = {
+        label: expression for name, label, expression in _drawn(widgets["Session-hours and cost"]) if not name
+    }
+    assert expressions["session-hours"] == "seconds / 3600"
+    (cost,) = [e for label, e in expressions.items() if label.startswith("est. USD per 1,000 rollouts")]
+    assert cost == f"1000 * seconds / 3600 * {SESSION_HOUR_USD:.4f} / rollouts"
+    assert SESSION_HOUR_USD == pytest.approx(0.2546)
+    # AND result written -> trainer is the age of the oldest completion event the trainer has not read
+    (trainer_lag,) = widgets["Result written -> trainer (s)"]["metrics"]
+    assert trainer_lag[:2] == ["AWS/SQS", "ApproximateAgeOfOldestMessage"] and "CompletionQueue" in trainer_lag[3]
+
+
+def test_alarm_topic_flag_makes_the_topic_every_alarms_action(synth: Synthesized) -> None:
+    # GIVEN alpha-2 deployed with -c alarm_topic_arn=ARN and alpha without
+    with_topic = _resources(synth.experiments[SANDBOX_EXPERIMENT], "AWS::CloudWatch::Alarm").values()
+    without = _resources(synth.experiments["alpha"], "AWS::CloudWatch::Alarm").values()
+    # THEN every alarm of alpha-2 notifies the topic, and alpha's notify nothing
+    assert len(with_topic) == 8
+    assert all(alarm["Properties"]["AlarmActions"] == [ALARM_TOPIC_ARN] for alarm in with_topic)
+    assert not any("AlarmActions" in alarm["Properties"] for alarm in without)
 
 
 def _metric_names(alarm: dict[str, Any]) -> set[str]:

@@ -76,6 +76,8 @@ def test_result_event_stops_the_session_marks_it_finished_and_frees_the_slot(
     assert measures["Reward"] == [0.75]
     assert measures["RolloutDuration"] == pytest.approx([2.0])
     assert measures["StartDelay"] == pytest.approx([1.0])
+    # AND the stop counts against the invoke budget's metric
+    assert measures["SessionStops"] == [1.0]
 
 
 @pytest.mark.parametrize(
@@ -152,7 +154,9 @@ def test_duplicate_events_change_nothing(env: Env, capsys: pytest.CaptureFixture
     assert len(env.acr.calls_of(STOP)) == 3
     assert env.rt.ledger.get(request.session_id).state is SessionState.FINISHED
     assert env.rt.ledger.slots_held() == (0, 0)
-    assert not any("RolloutsCompleted" in b for b in emf_blobs(capsys.readouterr().out))
+    blobs = emf_blobs(capsys.readouterr().out)
+    assert not any("RolloutsCompleted" in b for b in blobs)
+    assert [b["SessionStops"] for b in blobs if "SessionStops" in b] == [[1.0], [1.0]]
 
 
 def test_dispatch_failed_result_frees_the_slot_without_a_stop_call(env: Env) -> None:
