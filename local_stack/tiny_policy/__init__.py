@@ -4,7 +4,7 @@
   reversible; the ChatML-style template and how a tool call is emitted (one ``<tool_call>`` token).
 - ``model``: :class:`PolicyConfig`, :func:`build_model` (seeded initialization), :func:`sample_batch`
   (the server's sampling) and :func:`sequence_logprobs` (a trainer's recomputation).
-- ``server``: ``TransformerPolicy``, the :class:`~local_stack.model_endpoint.app.ChatPolicy` that serves it,
+- ``server``: ``TransformerPolicy``, the :class:`~local_stack.model_endpoint.chat.ChatPolicy` that serves it,
   with ``weight_version`` in every response and ``POST /v1/weights`` to load new weights.
 
 Run it with ``python -m local_stack.model_endpoint --policy transformer`` or ``rollouts local up --policy

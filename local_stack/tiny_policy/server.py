@@ -1,6 +1,6 @@
 """The transformer policy behind the model endpoint's OpenAI surface, with a weight-loading endpoint.
 
-:class:`TransformerPolicy` is a :class:`~local_stack.model_endpoint.app.ChatPolicy`: the endpoint's routes,
+:class:`TransformerPolicy` is a :class:`~local_stack.model_endpoint.chat.ChatPolicy`: the endpoint's routes,
 validation, streaming and vLLM token fields are the stand-in's; this class samples the turn from
 the network and adds ``weight_version`` to every response (and every streamed chunk).
 
@@ -38,7 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from local_stack.model_endpoint.app import ChatRequest, Completion, InvalidRequestError, error_response
+from local_stack.model_endpoint.chat import ChatRequest, Completion, InvalidRequestError, error_response
 from local_stack.model_endpoint.policy import Part, Sampled, ToolCall, Turn
 from local_stack.model_endpoint.tokenizer import Token
 from local_stack.tiny_policy.chat_template import ChatTokenizer, VocabularyError, tool_names

@@ -28,3 +28,20 @@ def test_importing_the_cli_commands_loads_nothing_heavy() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     # THEN none of the stack's heavy dependencies was imported
     assert out.strip() == "[]"
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize(
+    ("module", "other"),
+    [
+        ("local_stack.model_endpoint.app", "local_stack.tiny_policy.server"),
+        ("local_stack.tiny_policy.server", "local_stack.model_endpoint.app"),
+    ],
+)
+def test_the_endpoint_and_the_tiny_policy_do_not_import_each_other(module: str, other: str) -> None:
+    # GIVEN a fresh interpreter
+    code = f"import sys, {module}; print({other!r} in sys.modules)"
+    # WHEN one of the two modules is imported
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    # THEN the other was not (their shared types live in local_stack.model_endpoint.chat)
+    assert out.strip() == "False", f"importing {module} imported {other}"
