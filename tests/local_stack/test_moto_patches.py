@@ -163,3 +163,29 @@ def test_patched_moto_function_is_unchanged(patched: Patched) -> None:
         f"{source_sha256}): re-check local_stack.{patched.patch} against the new code (docs/decisions.md D76), "
         "then record the new fingerprint here"
     )
+
+
+@pytest.mark.parametrize(
+    ("module", "imported", "patch"),
+    [
+        ("moto.sqs.models", "unix_time_millis", "moto_server.fast_sqs"),
+        ("moto.sqs.models", "unix_time", "moto_server.fast_sqs"),
+        ("moto.dynamodb.models", "copy", "moto_server.copy_only_touched_items"),
+    ],
+)
+def test_names_a_patch_replaces_in_a_moto_module_are_still_imported_there(
+    module: str, imported: str, patch: str
+) -> None:
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    names = {
+        alias.asname or alias.name
+        for node in tree.body
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    assert imported in names, (
+        f"{module} no longer imports {imported}, which local_stack.{patch} replaces in that module: re-check the patch "
+        "(docs/decisions.md D76)"
+    )
