@@ -271,10 +271,13 @@ class RolloutDashboard(Construct):
             ),
             _graph("Dead-letter queue depth", list(dead_letter_depths(dead_letter_queues).values())),
         )
+        completed_by_run, reward_by_run = _per_run(metrics)
         self.dashboard.add_widgets(
             _graph("Session-hours and cost", [session_hours], right=[cost]),
             _graph("Result written -> trainer (s)", [trainer_lag]),
+            _graph("Completed by run and status", [completed_by_run]),
         )
+        self.dashboard.add_widgets(_graph("Reward mean by run", [reward_by_run]))
         self.dashboard.add_widgets(cw.AlarmStatusWidget(title="Alarms", alarms=alarms, width=3 * WIDTH))
 
 
@@ -350,6 +353,29 @@ def _session_hours_and_cost(metrics: RolloutMetrics) -> tuple[cw.MathExpression,
         period=PERIOD,
     )
     return hours, cost
+
+
+def _per_run(metrics: RolloutMetrics) -> tuple[cw.MathExpression, cw.MathExpression]:
+    """One line per run of the experiment (runs are free labels, so found by a search, not listed): completions
+    per run and status, and the reward mean per run, from the metrics the finisher emits with the run dimension."""
+    where = f'{names.EXP_DIMENSION}="{metrics.exp_id}"'
+    completed = f"{{{names.NAMESPACE},{names.EXP_DIMENSION},{names.RUN_DIMENSION},{names.STATUS_DIMENSION}}}"
+    reward = f"{{{names.NAMESPACE},{names.EXP_DIMENSION},{names.RUN_DIMENSION}}}"
+    seconds = int(PERIOD.to_seconds())
+    return (
+        cw.MathExpression(
+            expression=f"SEARCH('{completed} MetricName=\"{names.COMPLETED}\" {where}', 'Sum', {seconds})",
+            using_metrics={},
+            label="",
+            period=PERIOD,
+        ),
+        cw.MathExpression(
+            expression=f"SEARCH('{reward} MetricName=\"{names.REWARD}\" {where}', 'Average', {seconds})",
+            using_metrics={},
+            label="",
+            period=PERIOD,
+        ),
+    )
 
 
 def _graph(

@@ -20,7 +20,17 @@ from infra.monitoring import SESSION_HOUR_USD
 from infra.nag import add_nag_checks
 from rollout_contract.budgets import SESSION_BUDGET_ID
 from rollout_contract.keys import experiment_prefix, payload_ref_prefix
-from rollout_contract.metrics import COMPLETED, DURATION, NAMESPACE, OVERDUE, STOPS
+from rollout_contract.metrics import (
+    COMPLETED,
+    DURATION,
+    EXP_DIMENSION,
+    NAMESPACE,
+    OVERDUE,
+    REWARD,
+    RUN_DIMENSION,
+    STATUS_DIMENSION,
+    STOPS,
+)
 from rollout_contract.protocol import DEFAULT_INVOKE_TPS, SERVICE_QUOTA_EXCEEDED, THROTTLING
 from rollout_contract.resources import (
     AGENT_REPOSITORY_NAME,
@@ -670,6 +680,20 @@ def test_dashboard_graphs_stops_failures_by_status_cost_and_durations_on_a_minut
     # AND result written -> trainer is the age of the oldest completion event the trainer has not read
     (trainer_lag,) = widgets["Result written -> trainer (s)"]["metrics"]
     assert trainer_lag[:2] == ["AWS/SQS", "ApproximateAgeOfOldestMessage"] and "CompletionQueue" in trainer_lag[3]
+
+
+def test_dashboard_draws_every_run_of_the_experiment_found_by_search(synth: Synthesized) -> None:
+    # GIVEN the alpha stack WHEN its dashboard's per-run widgets are read
+    widgets = _widgets(synth.experiments["alpha"])
+    (completed,) = (options["expression"] for *_, options in widgets["Completed by run and status"]["metrics"])
+    (reward,) = (options["expression"] for *_, options in widgets["Reward mean by run"]["metrics"])
+    # THEN each searches this experiment's metrics with the dimensions the finisher adds for a run, so every run
+    # (a free label, never deployed) gets its own line without a change to the stack
+    per_run = f"{NAMESPACE},{EXP_DIMENSION},{RUN_DIMENSION}"
+    assert completed == (
+        f"SEARCH('{{{per_run},{STATUS_DIMENSION}}} MetricName=\"{COMPLETED}\" {EXP_DIMENSION}=\"alpha\"', 'Sum', 60)"
+    )
+    assert reward == f"SEARCH('{{{per_run}}} MetricName=\"{REWARD}\" {EXP_DIMENSION}=\"alpha\"', 'Average', 60)"
 
 
 def test_alarm_topic_flag_makes_the_topic_every_alarms_action(synth: Synthesized) -> None:
