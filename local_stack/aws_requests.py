@@ -238,6 +238,9 @@ def _cloudwatch(action: str, params: Mapping[str, Any], arns: _Arns) -> list[Aut
     if action == "cloudwatch:PutMetricData":
         context = {"cloudwatch:namespace": (str(params.get("Namespace", "")),)}
         return [Authorization(action, ("*",), context, frozenset(context))]
+    # DescribeAlarms takes alarm resources: a prefix can return exactly the alarms its pattern names.
+    if action == "cloudwatch:DescribeAlarms" and params.get("AlarmNamePrefix"):
+        return [Authorization(action, (arns.of("cloudwatch", f"alarm:{params['AlarmNamePrefix']}*"),))]
     return [Authorization(action, ("*",))]
 
 

@@ -84,12 +84,12 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = 20.0) -> bool:
 def run_doc_block(doc: Path, name: str, cwd: Path, timeout_s: float = 900) -> subprocess.CompletedProcess[str]:
     """Run the bash block after ``<!-- test: NAME -->`` in ``doc`` as written, stopping at its first failing command.
 
-    It runs in ``cwd`` laid out as the repository root (``.venv`` and ``examples`` linked there) with no ``AWS_*``
-    variables of ours; a local stack it left up is stopped afterwards.
+    It runs in ``cwd`` laid out as the repository root (``.venv``, ``examples`` and ``local_stack`` linked there)
+    with no ``AWS_*`` variables of ours; a local stack it left up is stopped afterwards.
     """
     found = re.search(rf"<!-- test: {name} -->\n```bash\n(.*?)```", doc.read_text(), re.DOTALL)
     assert found is not None, f"{doc.relative_to(PROJECT_ROOT)} lost its tested block {name!r}"
-    for link in (".venv", "examples"):
+    for link in (".venv", "examples", "local_stack"):
         (cwd / link).symlink_to(PROJECT_ROOT / link)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     try:
