@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
 import boto3
 import pytest
 
@@ -14,3 +20,23 @@ def boto_session() -> boto3.Session:
     service model again (about 50 ms a client); this one parses each model once.
     """
     return boto3.Session(region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing")
+
+
+@pytest.fixture
+def fresh_venv(tmp_path: Path) -> Callable[..., Path]:
+    """Make ``tmp_path/venv`` with uv and install one requirement into it (run from ``cwd``); return the venv.
+
+    Skips the test when uv is not installed (``make install`` puts it in ``.venv``).
+    """
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+    if uv is None:
+        pytest.skip("uv is not installed (make install puts it in .venv)")
+
+    def make(requirement: str, *, cwd: Path | None = None) -> Path:
+        venv = tmp_path / "venv"
+        subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True)
+        python = str(venv / "bin" / "python")
+        subprocess.run([uv, "pip", "install", "-q", "--python", python, requirement], cwd=cwd, check=True)
+        return venv
+
+    return make

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -160,10 +161,9 @@ def test_the_example_image_runs_on_acr_and_holds_what_its_command_imports(docker
 @pytest.mark.processes
 @pytest.mark.packaging
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=[path.parent.name for path in DOCKERFILES])
-def test_the_image_installs_from_its_build_context_and_its_command_imports(dockerfile: Path, tmp_path: Path) -> None:
-    uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
-    if uv is None:
-        pytest.skip("uv is not installed (make install puts it in .venv)")
+def test_the_image_installs_from_its_build_context_and_its_command_imports(
+    dockerfile: Path, tmp_path: Path, fresh_venv: Callable[..., Path]
+) -> None:
     # GIVEN the image's working directory (a fresh folder) with exactly the files its COPY lines take
     steps = _instructions(dockerfile)
     app = tmp_path / "app"
@@ -184,9 +184,8 @@ def test_the_image_installs_from_its_build_context_and_its_command_imports(docke
     # WHEN its pip install runs there, into a fresh venv
     (install,) = (rest for word, rest in steps if word == "RUN" and "pip install" in rest)
     requirement = shlex.split(install.split("pip install", 1)[1].split("&&")[0])[0]
-    python = tmp_path / "venv" / "bin" / "python"
-    subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(python.parents[1])], check=True)
-    subprocess.run([uv, "pip", "install", "-q", "--python", str(python), requirement], cwd=app, check=True)
+    venv = fresh_venv(requirement, cwd=app)
+    python = venv / "bin" / "python"
     # THEN the script or module its CMD runs imports in the image's environment (its `__main__` block not run)
     command = json.loads(next(rest for word, rest in reversed(steps) if word == "CMD"))
     run = f"run_module({command[2]!r}" if command[1] == "-m" else f"run_path({command[1]!r}"
@@ -194,6 +193,6 @@ def test_the_image_installs_from_its_build_context_and_its_command_imports(docke
     done = subprocess.run([python, "-c", probe], cwd=app, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     # AND only the product's packages went into site-packages, none of the twin's or the examples' names
-    site = next(python.parents[1].glob("lib/python*/site-packages"))
+    site = next(venv.glob("lib/python*/site-packages"))
     ours = {"rollout_contract", "agent_app", "trainer_client", "agentcore_rollouts_local", "examples", "local_stack"}
     assert {path.name for path in site.iterdir()} & ours == {"rollout_contract", "agent_app"}

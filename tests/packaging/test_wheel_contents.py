@@ -9,10 +9,10 @@ that could crash, and names the extra for the ones it mounts; the README's quick
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,13 +22,6 @@ pytestmark = pytest.mark.packaging
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("rollout_contract", "agent_app", "trainer_client")
 TWIN = "agentcore_rollouts_local"
-
-
-def _uv() -> str:
-    uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
-    if uv is None:
-        pytest.skip("uv is not installed (make install puts it in .venv)")
-    return uv
 
 
 @pytest.fixture(scope="module")
@@ -48,13 +41,6 @@ def _path() -> str:
 def _wheel(dist: Path) -> Path:
     (wheel,) = dist.glob("*.whl")
     return wheel
-
-
-def _fresh_venv(tmp_path: Path, requirement: str) -> Path:
-    venv = tmp_path / "venv"
-    subprocess.run([_uv(), "venv", "-q", "--python", sys.executable, str(venv)], check=True)
-    subprocess.run([_uv(), "pip", "install", "-q", "--python", str(venv / "bin" / "python"), requirement], check=True)
-    return venv
 
 
 def test_the_wheel_ships_the_product_at_the_top_and_the_twin_under_its_own_name(dist: Path) -> None:
@@ -77,9 +63,11 @@ def test_the_wheel_ships_the_product_at_the_top_and_the_twin_under_its_own_name(
 
 
 @pytest.mark.processes
-def test_a_trainer_only_install_names_the_extra_for_the_twins_commands(dist: Path, tmp_path: Path) -> None:
+def test_a_trainer_only_install_names_the_extra_for_the_twins_commands(
+    dist: Path, tmp_path: Path, fresh_venv: Callable[..., Path]
+) -> None:
     # GIVEN the trainer extra alone, installed from the wheel in a fresh venv
-    venv = _fresh_venv(tmp_path, f"{_wheel(dist)}[trainer]")
+    venv = fresh_venv(f"{_wheel(dist)}[trainer]")
     rollouts = venv / "bin" / "rollouts"
     # THEN no command of another extra is installed
     assert not (venv / "bin" / "acr-emulator").exists()
@@ -98,9 +86,9 @@ def test_a_trainer_only_install_names_the_extra_for_the_twins_commands(dist: Pat
 
 
 @pytest.mark.e2e
-def test_the_quick_start_runs_from_the_wheel(dist: Path, tmp_path: Path) -> None:
+def test_the_quick_start_runs_from_the_wheel(dist: Path, tmp_path: Path, fresh_venv: Callable[..., Path]) -> None:
     # GIVEN the local and examples extras, installed from the wheel in a fresh venv
-    venv = _fresh_venv(tmp_path, f"{_wheel(dist)}[local,examples]")
+    venv = fresh_venv(f"{_wheel(dist)}[local,examples]")
     work = tmp_path / "work"
     work.mkdir()
     # WHEN the README's demo runs, from a directory that is not the checkout
