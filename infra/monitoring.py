@@ -358,24 +358,19 @@ def _session_hours_and_cost(metrics: RolloutMetrics) -> tuple[cw.MathExpression,
 def _per_run(metrics: RolloutMetrics) -> tuple[cw.MathExpression, cw.MathExpression]:
     """One line per run of the experiment (runs are free labels, so found by a search, not listed): completions
     per run and status, and the reward mean per run, from the metrics the finisher emits with the run dimension."""
-    where = f'{names.EXP_DIMENSION}="{metrics.exp_id}"'
-    completed = f"{{{names.NAMESPACE},{names.EXP_DIMENSION},{names.RUN_DIMENSION},{names.STATUS_DIMENSION}}}"
-    reward = f"{{{names.NAMESPACE},{names.EXP_DIMENSION},{names.RUN_DIMENSION}}}"
-    seconds = int(PERIOD.to_seconds())
+    per_run = (names.EXP_DIMENSION, names.RUN_DIMENSION)
     return (
-        cw.MathExpression(
-            expression=f"SEARCH('{completed} MetricName=\"{names.COMPLETED}\" {where}', 'Sum', {seconds})",
-            using_metrics={},
-            label="",
-            period=PERIOD,
-        ),
-        cw.MathExpression(
-            expression=f"SEARCH('{reward} MetricName=\"{names.REWARD}\" {where}', 'Average', {seconds})",
-            using_metrics={},
-            label="",
-            period=PERIOD,
-        ),
+        _search(metrics, (*per_run, names.STATUS_DIMENSION), names.COMPLETED, "Sum"),
+        _search(metrics, per_run, names.REWARD, "Average"),
     )
+
+
+def _search(metrics: RolloutMetrics, dimensions: tuple[str, ...], name: str, statistic: str) -> cw.MathExpression:
+    """Every time series of metric ``name`` with exactly ``dimensions``, of this experiment only."""
+    schema = ",".join((names.NAMESPACE, *dimensions))
+    query = f'{{{schema}}} MetricName="{name}" {names.EXP_DIMENSION}="{metrics.exp_id}"'
+    expression = f"SEARCH('{query}', '{statistic}', {int(PERIOD.to_seconds())})"
+    return cw.MathExpression(expression=expression, using_metrics={}, label="", period=PERIOD)
 
 
 def _graph(
