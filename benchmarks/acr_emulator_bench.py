@@ -33,6 +33,7 @@ import boto3
 import httpx
 from botocore.config import Config
 
+import agentcore_rollouts_local  # noqa: F401  (puts local_stack, lambdas, examples on sys.path: D80)
 from local_stack.acr_emulator import EmulatorConfig, RuntimeConfig, start_emulator
 from rollout_contract import new_session_id
 from rollout_contract.protocol import SESSION_HEADER

@@ -42,6 +42,7 @@ from typing import NamedTuple
 import _results as results
 from agentcore_rl_toolkit import RolloutClient as ArtClient
 
+import agentcore_rollouts_local  # noqa: F401  (puts local_stack, lambdas, examples on sys.path: D80)
 from local_stack.hosting import DEFAULT_MODEL_NAME
 from local_stack.moto_server import LOCAL_ACCESS_KEYS
 from local_stack.stack import DEFAULT_RUN_DIR, LocalStack, StackSettings

@@ -40,6 +40,7 @@ from typing import Any
 import _results as results
 import httpx
 
+import agentcore_rollouts_local  # noqa: F401  (puts local_stack, lambdas, examples on sys.path: D80)
 from local_stack.cli import quota_settings
 from local_stack.stack import PROJECT_ROOT, LocalStack, StackSettings
 from rollout_contract import RolloutResult, Status

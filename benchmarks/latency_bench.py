@@ -70,6 +70,7 @@ from local_stack_bench import (
     table,
 )
 
+import agentcore_rollouts_local  # noqa: F401  (puts local_stack, lambdas, examples on sys.path: D80)
 from local_stack._process import environment
 from local_stack.hosting import DEFAULT_MODEL_NAME
 from local_stack.stack import DEFAULT_RUN_DIR, LocalStack, StackSettings

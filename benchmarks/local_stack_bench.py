@@ -50,6 +50,7 @@ import httpx
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+import agentcore_rollouts_local  # noqa: F401  (puts local_stack, lambdas, examples on sys.path: D80)
 from examples.math_agent.dataset import synthetic
 from examples.math_agent.local import MATH_AGENT
 from local_stack._process import environment

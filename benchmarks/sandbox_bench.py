@@ -32,6 +32,7 @@ from typing import Any
 import _results as results
 from agentcore_rl_toolkit.sandbox import SandboxClient as ArtSandboxClient
 
+import agentcore_rollouts_local  # noqa: F401  (puts local_stack, lambdas, examples on sys.path: D80)
 from local_stack._process import environment
 from local_stack.sandbox import sandbox_settings
 from local_stack.stack import LocalStack

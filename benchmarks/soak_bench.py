@@ -53,6 +53,7 @@ import _results as results
 import boto3
 import httpx
 
+import agentcore_rollouts_local  # noqa: F401  (puts local_stack, lambdas, examples on sys.path: D80)
 from local_stack.stack import PROJECT_ROOT, LocalStack, StackSettings
 from rollout_contract import ExperimentResources, parse_result_key
 from rollout_contract.events import OBJECT_CREATED, S3_SOURCE
