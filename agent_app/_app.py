@@ -19,7 +19,6 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import boto3
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -28,6 +27,7 @@ from agent_app._results import ResultWriteError, ResultWriter
 from agent_app._rollout import Rollout, RolloutRegistry
 from agent_app._sdk import BedrockAgentCoreApp, BedrockAgentCoreContext, RequestContext
 from agent_app.logging import configure_logging
+from rollout_contract.aws import ClientFactory
 from rollout_contract.ids import InvalidIdError, new_session_id, validate_session_key_segment
 from rollout_contract.keys import RESULT_SUFFIX, ResultKey
 from rollout_contract.messages import MissingRolloutFieldsError, RolloutSpec
@@ -69,7 +69,7 @@ class AgentCoreRLApp(BedrockAgentCoreApp):
         """Create the app.
 
         Args:
-            s3_client: boto3 S3 client for results; built on first use (``boto3.client("s3")``, which
+            s3_client: boto3 S3 client for results; built on first use (``ClientFactory().client("s3")``, which
                 honours ``AWS_ENDPOINT_URL_S3``) when not given. Assigning ``app.s3_client = ...`` later
                 (ART's way) works too.
             redact_keys: payload keys (at any depth) replaced by a marker in the stored ``payload``;
@@ -255,7 +255,7 @@ class AgentCoreRLApp(BedrockAgentCoreApp):
         with self._writer_lock:
             if self._writer is None:
                 if self._s3_client is None:
-                    self._s3_client = boto3.client("s3")
+                    self._s3_client = ClientFactory().client("s3")
                 self._writer = ResultWriter(self._s3_client)
             return self._writer
 

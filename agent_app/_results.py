@@ -12,6 +12,8 @@ from typing import Any
 from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from rollout_contract.aws import error_code, http_status
+
 __all__ = ["Backoff", "ResultWriteError", "ResultWriter"]
 
 logger = logging.getLogger(__name__)
@@ -45,9 +47,7 @@ DEFAULT_BACKOFF = Backoff()
 
 
 def _is_transient(exc: ClientError) -> bool:
-    error = exc.response.get("Error", {})
-    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-    return error.get("Code") in _TRANSIENT_CODES or status >= 500
+    return error_code(exc) in _TRANSIENT_CODES or http_status(exc) >= 500
 
 
 class ResultWriter:
@@ -78,7 +78,7 @@ class ResultWriter:
                 )
                 return True
             except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") == PRECONDITION_FAILED:
+                if error_code(exc) == PRECONDITION_FAILED:
                     logger.info("s3://%s/%s already holds a result; keeping the first writer's", bucket, key)
                     return False
                 if not _is_transient(exc):

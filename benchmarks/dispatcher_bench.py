@@ -30,16 +30,13 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import _results as results
-import boto3
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lambdas.acr import CLIENT_CONFIG  # noqa: E402
 from lambdas.dispatcher import DispatchOutcome, dispatch  # noqa: E402
 from lambdas.exceptions import NoTokenError, RequeueError  # noqa: E402
 from lambdas.observability import logger  # noqa: E402
 from lambdas.runtime import AwsClients, Runtime  # noqa: E402
+from rollout_contract.aws import ClientFactory  # noqa: E402
 from rollout_contract.messages import DispatchRequest  # noqa: E402
 from rollout_contract.resources import BUDGET_TABLE, ExperimentResources, HandlerSettings  # noqa: E402
 
@@ -167,14 +164,8 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     moto, moto_url = start_moto()
     try:
         with AcrDouble() as acr:
-            clients = AwsClients(
-                s3=boto3.client("s3", region_name=REGION, endpoint_url=moto_url),
-                sqs=boto3.client("sqs", region_name=REGION, endpoint_url=moto_url),
-                dynamodb=boto3.client("dynamodb", region_name=REGION, endpoint_url=moto_url),
-                agentcore=boto3.client(
-                    "bedrock-agentcore", region_name=REGION, endpoint_url=acr.url, config=CLIENT_CONFIG
-                ),
-            )
+            endpoints = {"s3": moto_url, "sqs": moto_url, "dynamodb": moto_url, "bedrock-agentcore": acr.url}
+            clients = AwsClients.build(ClientFactory(region=REGION, endpoints=endpoints))
             resources = ExperimentResources.for_experiment(EXP_ID)
             clients.s3.create_bucket(Bucket=BUCKET)
             clients.dynamodb.create_table(**resources.sessions_table.create_table_request())
@@ -257,12 +248,9 @@ def main(argv: list[str] | None = None) -> None:
         "session budget, result check), which moto on one small machine cannot serve at 25/s",
     )
     parser.add_argument("--tps-limit", type=float, default=25.0, help="invokes per second allowed per endpoint")
-    args = parser.parse_args(argv)
-    record = results.begin("dispatcher_bench")
-    result = run(args)
+    result = run(parser.parse_args(argv))
     print(json.dumps(result, indent=2))
     ok = result["max_in_any_1s_window"] <= result["tps_limit"] and result["achieved_over_limit"] >= 0.95
-    record.write(result, targets={"max_in_any_1s_window": "<= tps_limit", "achieved_over_limit": ">= 0.95", "met": ok})
     sys.exit(0 if ok else 1)
 
 

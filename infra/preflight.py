@@ -15,14 +15,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from infra.functions import powertools_layer_parameter, powertools_version
 from infra.regions import RUNTIME_REGIONS, RUNTIME_RESOURCE_TYPE, supports_runtime
+from rollout_contract.aws import ClientFactory, error_code
 from rollout_contract.protocol import DEFAULT_ACTIVE_SESSION_QUOTA, DEFAULT_INVOKE_TPS
 from rollout_contract.resources import AGENT_REPOSITORY_NAME, SHARED_STACK_NAME, results_bucket_name
-from trainer_client._aws import error_code, new_session
 from trainer_client.doctor import CheckResult
 
 __all__ = ["CHECKS", "Target", "run_preflight"]
@@ -61,10 +60,8 @@ class Target:
     @classmethod
     def connect(cls, region: str, **options: Any) -> Target:
         """Clients for ``region`` (endpoints from ``AWS_ENDPOINT_URL_*``) and the caller's account."""
-        session = new_session(region)
-        config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=30)
         services = ("sts", "ssm", "cloudformation", "s3", "ecr", "service-quotas")
-        clients = {name: session.client(name, config=config) for name in services}
+        clients = ClientFactory(region=region, read_timeout_s=30).clients(*services)
         account = clients["sts"].get_caller_identity()["Account"]
         return cls(region=region, account=account, clients=clients, **options)
 

@@ -14,7 +14,7 @@ backlog.
 
 Errors become :class:`~lambdas.exceptions.RetryableAcrError` (``RETRYABLE_ERROR_CODES``, any 5xx, and
 transport failures) or :class:`~lambdas.exceptions.FinalAcrError`. The client must not retry by itself
-(``retries={"total_max_attempts": 1}``): a hidden retry would be an invoke outside the budget.
+(``ClientFactory.client(..., single_attempt=True)``): a hidden retry would be an invoke outside the budget.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from contextlib import closing
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lambdas.exceptions import AcrCallError, FinalAcrError, RetryableAcrError
+from rollout_contract.aws import error_code, error_message, http_status
 from rollout_contract.protocol import RESOURCE_NOT_FOUND, RETRYABLE_ERROR_CODES
 
 if TYPE_CHECKING:
@@ -35,8 +35,6 @@ if TYPE_CHECKING:
 
     from lambdas.tps import TpsBudget
 
-#: Client configuration for ``bedrock-agentcore``: no hidden retries, bounded waits.
-CLIENT_CONFIG = Config(retries={"total_max_attempts": 1}, connect_timeout=5, read_timeout=60)
 _CONTENT_TYPE = "application/json"
 _SERVICE_ID = "bedrock-agentcore"
 _OPERATIONS = ("InvokeAgentRuntime", "StopRuntimeSession")
@@ -152,8 +150,6 @@ def classify(exc: ClientError | BotoCoreError) -> AcrCallError:
     """Turn a botocore failure into a retryable or final ACR error."""
     if isinstance(exc, BotoCoreError):
         return RetryableAcrError(type(exc).__name__, 0, str(exc))
-    error = exc.response.get("Error", {})
-    code = error.get("Code", "Unknown")
-    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+    code, status = error_code(exc) or "Unknown", http_status(exc)
     retryable = code in RETRYABLE_ERROR_CODES or status >= 500
-    return (RetryableAcrError if retryable else FinalAcrError)(code, status, error.get("Message", ""))
+    return (RetryableAcrError if retryable else FinalAcrError)(code, status, error_message(exc))

@@ -1,4 +1,4 @@
-"""Conditional writes the one way (DynamoDB conditions, S3's ``If-None-Match``), AWS error codes, DynamoDB values.
+"""Conditional writes the one way (DynamoDB conditions, S3's ``If-None-Match``) and DynamoDB values.
 
 Used by the ledger, the TPS budget and the result store.
 """
@@ -9,6 +9,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from botocore.exceptions import ClientError
+
+from rollout_contract.aws import error_code
 
 #: The error code of a DynamoDB write whose condition failed.
 CONDITION_FAILED = "ConditionalCheckFailedException"
@@ -35,11 +37,6 @@ def conditional_write(
         if error_code(exc) != failed:
             raise
         return Written(False, dict(exc.response))
-
-
-def error_code(exc: ClientError) -> str:
-    """AWS's error code of a botocore ``ClientError`` (``""`` when the response has none)."""
-    return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 def s(value: str) -> dict[str, str]:

@@ -40,13 +40,13 @@ from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
 from lambdas._batch import ConcurrentBatchProcessor, handle_sqs_batch
-from lambdas.conditional import error_code
 from lambdas.exceptions import AcrCallError, FinalAcrError, NoTokenError, RequeueError, RetryableAcrError
 from lambdas.finishing import stop_session
 from lambdas.ledger import Admission, Recorded
 from lambdas.observability import add_metric, emit_with_dimensions, lambda_entry_point, logger
 from lambdas.runtime import current_runtime
 from rollout_contract import metrics as names
+from rollout_contract.aws import error_code
 from rollout_contract.ids import split_exp_id, validate_input_id, validate_rollout_session_id
 from rollout_contract.keys import ResultKey
 from rollout_contract.messages import CancelRequest, DispatchRequest, parse_dispatch_message

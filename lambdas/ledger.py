@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from botocore.exceptions import ClientError
 
-from lambdas.conditional import CONDITION_FAILED, conditional_write, error_code, n, s
+from lambdas.conditional import CONDITION_FAILED, conditional_write, n, s
+from rollout_contract.aws import error_code
 from rollout_contract.budgets import (
     ATTR_TOTAL,
     HELD_PREFIX,

@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, NamedTuple
 import boto3
 import botocore
 
-from lambdas.acr import CLIENT_CONFIG, Acr
+from lambdas.acr import Acr
 from lambdas.ledger import Ledger
 from lambdas.observability import bind_experiment, logger
 from lambdas.slot_wait import SlotWaiter
 from lambdas.store import ResultStore
 from lambdas.tps import TpsBudget
+from rollout_contract.aws import ClientFactory
 from rollout_contract.resources import HANDLER_ENV_PREFIX, ExperimentResources, HandlerSettings
 
 if TYPE_CHECKING:
@@ -43,13 +44,16 @@ class AwsClients(NamedTuple):
     agentcore: BaseClient
 
     @classmethod
-    def default(cls) -> AwsClients:
-        """Build default clients; ``bedrock-agentcore`` never retries on its own (see ``lambdas.acr``)."""
+    def build(cls, factory: ClientFactory | None = None) -> AwsClients:
+        """Build the clients (the process's region and credentials unless ``factory`` says otherwise);
+        ``bedrock-agentcore`` never retries on its own (see ``lambdas.acr``)."""
+        factory = factory or ClientFactory()
+        session = factory.session()
         return cls(
-            s3=boto3.client("s3"),
-            sqs=boto3.client("sqs"),
-            dynamodb=boto3.client("dynamodb"),
-            agentcore=boto3.client("bedrock-agentcore", config=CLIENT_CONFIG),
+            s3=factory.client("s3", session=session),
+            sqs=factory.client("sqs", session=session),
+            dynamodb=factory.client("dynamodb", session=session),
+            agentcore=factory.client("bedrock-agentcore", single_attempt=True, session=session),
         )
 
 
@@ -78,7 +82,7 @@ class Runtime:
         max_token_wait_s: float = MAX_TOKEN_WAIT_S,
     ) -> Runtime:
         """Wire the pieces for ``settings`` (default clients unless ``clients`` is given)."""
-        clients = clients or AwsClients.default()
+        clients = clients or AwsClients.build()
         tps = TpsBudget(
             clients.dynamodb,
             table=settings.budget_table,

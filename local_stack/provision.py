@@ -13,10 +13,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-import boto3
 from botocore.exceptions import ClientError
 
 from local_stack.moto_server import DUMMY_CREDENTIALS, LOCAL_REGION
+from rollout_contract.aws import ClientFactory, error_code
 from rollout_contract.protocol import DEFAULT_INVOKE_TPS
 from rollout_contract.resources import (
     BUDGET_TABLE,
@@ -52,13 +52,11 @@ class AwsClients:
     @classmethod
     def local(cls, moto_url: str) -> AwsClients:
         """Build clients for the moto server at ``moto_url`` (dummy credentials, the local region)."""
-        session = boto3.session.Session(
-            aws_access_key_id=DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-            region_name=LOCAL_REGION,
-        )
         names = ("s3", "sqs", "dynamodb", "events", "ssm")
-        return cls(**{name: session.client(name, endpoint_url=moto_url) for name in names})
+        factory = ClientFactory(
+            region=LOCAL_REGION, endpoints=dict.fromkeys(names, moto_url), credentials=DUMMY_CREDENTIALS
+        )
+        return cls(**factory.clients(*names))
 
 
 @dataclass(frozen=True)
@@ -79,7 +77,7 @@ def provision_shared(clients: AwsClients, *, bucket: str = LOCAL_RESULTS_BUCKET)
     try:
         clients.s3.create_bucket(Bucket=bucket)
     except ClientError as exc:
-        if _code(exc) not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+        if error_code(exc) not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
             raise
     clients.s3.put_bucket_notification_configuration(
         Bucket=bucket, NotificationConfiguration={"EventBridgeConfiguration": {}}
@@ -147,10 +145,6 @@ def provision_experiment(
     return ProvisionedExperiment(descriptor=descriptor, finisher_queue_url=finisher_url)
 
 
-def _code(exc: ClientError) -> str:
-    return exc.response.get("Error", {}).get("Code", "")
-
-
 def _queue_arn(sqs: Any, url: str) -> str:
     return sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
 
@@ -159,7 +153,7 @@ def _create_or_update_queue(sqs: Any, name: str, attributes: dict[str, str]) -> 
     try:
         return sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
     except ClientError as exc:
-        if _code(exc) not in ("QueueAlreadyExists", "QueueNameExists"):
+        if error_code(exc) not in ("QueueAlreadyExists", "QueueNameExists"):
             raise
     url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
     sqs.set_queue_attributes(QueueUrl=url, Attributes=attributes)
@@ -186,7 +180,7 @@ def _ensure_table(dynamodb: Any, spec: TableSpec) -> None:
     try:
         dynamodb.describe_table(TableName=spec.name)
     except ClientError as exc:
-        if _code(exc) != "ResourceNotFoundException":
+        if error_code(exc) != "ResourceNotFoundException":
             raise
         dynamodb.create_table(**spec.create_table_request())
         dynamodb.get_waiter("table_exists").wait(TableName=spec.name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 50})

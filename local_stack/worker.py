@@ -43,10 +43,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import boto3
-
 from local_stack.emf import EmbeddedMetrics, EmfStdout
 from local_stack.moto_server import LOCAL_ACCOUNT_ID, credentials
+from rollout_contract.aws import ClientFactory
 from rollout_contract.resources import PROJECT, ExperimentDescriptor, ExperimentResources, HandlerSettings
 
 __all__ = [
@@ -476,11 +475,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     resources = ExperimentResources.for_experiment(args.exp)
     # The function's credentials (the environment's) poll its queue, as Lambda's poller uses the function's role;
     # what the worker does in the Lambda service's place (settings, queue URL, AWS/Lambda metrics) has its own key.
-    sqs = boto3.session.Session().client("sqs")
-    keys = credentials("lambda")
-    service = boto3.session.Session(
-        aws_access_key_id=keys["AWS_ACCESS_KEY_ID"], aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"]
-    )
+    sqs = ClientFactory().client("sqs")
+    service = ClientFactory(credentials=credentials("lambda"))
     ssm, cloudwatch = service.client("ssm"), service.client("cloudwatch")
     descriptor = ExperimentDescriptor.model_validate_json(
         ssm.get_parameter(Name=resources.descriptor_parameter)["Parameter"]["Value"]

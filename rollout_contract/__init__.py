@@ -12,8 +12,9 @@
 - ``sessions``: the sessions-table item (attribute names, :class:`SessionState`).
 - ``lifecycle``: the table of a rollout's moves between states (who, when, condition, slot, result).
 - ``sandbox``: ART's sandbox protocol and the rules for sandbox sessions (their reserved id prefix, lifetimes).
+- ``aws``: the one factory of boto3 clients (:class:`~rollout_contract.aws.ClientFactory`) and AWS error codes.
 
-Pure: no boto3, no I/O, nothing read from the environment at import.
+Pure: no boto3, no I/O, nothing read from the environment at import (``aws`` imports boto3 when it builds).
 """
 
 from rollout_contract.events import NotAnObjectCreatedEventError, ObjectCreated, parse_object_created

@@ -2,50 +2,18 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-import boto3
-import botocore.session
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, EndpointConnectionError, NoCredentialsError
 from botocore.exceptions import ClientError as BotoClientError
-from botocore.loaders import Loader, create_loader
 
 from rollout_contract import ExperimentDescriptor, ExperimentResources
+from rollout_contract.aws import ClientFactory, error_code, new_session
 from trainer_client._exceptions import AwsError, ExperimentNotFoundError
 
-__all__ = [
-    "AwsClients",
-    "aws_call",
-    "client_config",
-    "error_code",
-    "load_descriptor",
-    "new_session",
-    "not_found_message",
-]
-
-#: One loader of botocore's service models for every session made here. A session's own loader parses the
-#: models again (about 0.5 s of CPU per RolloutClient, most of it S3's); the parsed models never change.
-_SHARED_LOADER: Loader | None = None
-_SESSION_LOCK = threading.Lock()
-
-
-def new_session(region: str | None = None) -> boto3.session.Session:
-    """A new boto3 session (its own credentials and settings, as boto3 advises per thread) that shares the
-    parsed service models with every other session made here."""
-    global _SHARED_LOADER
-    with _SESSION_LOCK:
-        core = botocore.session.get_session()
-        if _SHARED_LOADER is None:
-            _SHARED_LOADER = create_loader(core.get_config_variable("data_path"))
-        core.register_component("data_loader", _SHARED_LOADER)
-        session = boto3.session.Session(botocore_session=core, region_name=region)
-        # boto3 appends its data directory to the loader's search paths for every session: keep each path once.
-        _SHARED_LOADER.search_paths[:] = dict.fromkeys(_SHARED_LOADER.search_paths)
-        return session
+__all__ = ["AwsClients", "aws_call", "load_descriptor", "not_found_message"]
 
 
 class AwsClients(NamedTuple):
@@ -65,26 +33,19 @@ class AwsClients(NamedTuple):
         max_pool_connections: int = 10,
     ) -> AwsClients:
         """Build clients; ``endpoints`` maps boto3 service names to URLs (the local stack's)."""
-        config = client_config(max_retry_attempts, max_pool_connections)
-        endpoints = endpoints or {}
-        session = new_session(region)
-        return cls(
-            sqs=session.client("sqs", endpoint_url=endpoints.get("sqs"), config=config),
-            s3=session.client("s3", endpoint_url=endpoints.get("s3"), config=config),
-            dynamodb=session.client("dynamodb", endpoint_url=endpoints.get("dynamodb"), config=config),
+        return cls.build(
+            ClientFactory(
+                region=region,
+                endpoints=endpoints or {},
+                max_attempts=max_retry_attempts + 1,
+                max_pool_connections=max_pool_connections,
+            )
         )
 
-
-def client_config(max_retry_attempts: int, max_pool_connections: int) -> Config:
-    """botocore settings of the trainer's clients: standard retries, a connection pool of the given size."""
-    return Config(
-        retries={"max_attempts": max_retry_attempts, "mode": "standard"}, max_pool_connections=max_pool_connections
-    )
-
-
-def error_code(exc: BotoClientError) -> str:
-    """AWS's error code of a botocore ``ClientError`` (``""`` when the response has none)."""
-    return str(exc.response.get("Error", {}).get("Code", ""))
+    @classmethod
+    def build(cls, factory: ClientFactory) -> AwsClients:
+        """Build the clients ``factory`` describes."""
+        return cls(**factory.clients("sqs", "s3", "dynamodb"))
 
 
 @contextmanager

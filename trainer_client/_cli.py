@@ -33,8 +33,9 @@ from typing import Any
 from botocore.exceptions import EndpointConnectionError, NoCredentialsError, NoRegionError
 
 from rollout_contract import InvalidIdError, Status
+from rollout_contract.aws import new_session
 from rollout_contract.messages import DEFAULT_QUEUE_TIMEOUT_S, validate_timeout_s
-from trainer_client._aws import load_descriptor, new_session
+from trainer_client._aws import load_descriptor
 from trainer_client._client import RolloutClient
 from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S, PollSettings
 from trainer_client._dataset import json_object, read_dataset

@@ -34,17 +34,11 @@ from rollout_contract import (
     validate_rollout_session_id,
     validate_session_id,
 )
+from rollout_contract.aws import ClientFactory, new_session
 from rollout_contract.messages import DEFAULT_QUEUE_TIMEOUT_S, SQS_MAX_INLINE_PAYLOAD_BYTES, validate_timeout_s
 from rollout_contract.protocol import region_of_arn
 from rollout_contract.sessions import SessionRecord
-from trainer_client._aws import (
-    AwsClients,
-    aws_call,
-    client_config,
-    load_descriptor,
-    new_session,
-    not_found_message,
-)
+from trainer_client._aws import AwsClients, aws_call, load_descriptor, not_found_message
 from trainer_client._batch import AsyncBatchResult, BatchResult, BatchSettings
 from trainer_client._config import (
     DEFAULT_POLL,
@@ -100,7 +94,7 @@ class RolloutClient:
         s3_bucket: the results bucket.
         exp_id: ART's label of the results: the experiment, or ``experiment/run`` for one run of it (results
             under ``{exp_id}/``, ``status`` and ``results`` of this run only; queues and budgets shared).
-        max_retry_attempts: botocore retry attempts.
+        max_retry_attempts: botocore retries of a call after its first attempt.
         tps_limit: accepted for ART compatibility; the dispatcher owns the invoke rate.
         max_pool_connections: botocore connection pool size.
         base_url: the model endpoint agents call (``_rollout.base_url``), unless ``gateway_url`` is set.
@@ -166,14 +160,13 @@ class RolloutClient:
         self.extra_config = {k: v for k, v in rollout.items() if k not in ("base_url", "model_id")}
         self.region: str | None = region or region_of_arn(agent_runtime_arn) or new_session().region_name
         self.resources = ExperimentResources.for_experiment(self.experiment)
-        self._endpoints = dict(endpoints or {})
-        self._clients = clients or AwsClients.create(
+        self._factory = ClientFactory(
             region=self.region,
-            endpoints=endpoints,
-            max_retry_attempts=max_retry_attempts,
+            endpoints=endpoints or {},
+            max_attempts=max_retry_attempts + 1,
             max_pool_connections=max(max_pool_connections, poll.fetch_workers + poll.receivers + 1),
         )
-        self._max_retry_attempts = max_retry_attempts
+        self._clients = clients or AwsClients.build(self._factory)
         self._agentcore_client: Any = None
         self.dispatch_queue_url = dispatch_queue_url or self._queue_url(self.resources.dispatch_queue.name)
         self.completion_queue_url = completion_queue_url or self._queue_url(self.resources.completion_queue.name)
@@ -280,10 +273,7 @@ class RolloutClient:
         The dispatcher invokes and the finisher stops sessions, so this client uses it for nothing itself.
         """
         if self._agentcore_client is None:
-            config = client_config(self._max_retry_attempts, max_pool_connections=10)
-            self._agentcore_client = new_session(self.region).client(
-                "bedrock-agentcore", endpoint_url=self._endpoints.get("bedrock-agentcore"), config=config
-            )
+            self._agentcore_client = self._factory.client("bedrock-agentcore")
         return self._agentcore_client
 
     @property

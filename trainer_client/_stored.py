@@ -13,7 +13,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from trainer_client._aws import error_code
+from rollout_contract.aws import error_code
 
 __all__ = ["is_stored", "read_if_stored"]
 

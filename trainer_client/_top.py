@@ -20,11 +20,11 @@ from typing import Any, TextIO
 
 from rollout_contract import ResultKey, Status
 from rollout_contract import metrics as names
+from rollout_contract.aws import ClientFactory
 from rollout_contract.budgets import ATTR_TOTAL, SESSION_BUDGET_ID
 from rollout_contract.ids import join_exp_id
 from rollout_contract.resources import BUDGET_PARTITION_KEY, ExperimentDescriptor
 from rollout_contract.sessions import SessionRecord
-from trainer_client._aws import client_config, new_session
 from trainer_client._results import ClientResult
 from trainer_client._sessions import in_flight_sessions
 from trainer_client._stored import read_if_stored
@@ -86,12 +86,8 @@ class Watch:
         self.descriptor = descriptor
         self.resources = descriptor.resources
         self.exp_id = join_exp_id(descriptor.exp_id, run)
-        session = new_session(descriptor.region)
-        config = client_config(max_retry_attempts=3, max_pool_connections=4)
-        self._clients = {
-            name: session.client(name, endpoint_url=descriptor.endpoints.get(name), config=config)
-            for name in ("sqs", "s3", "dynamodb", "cloudwatch")
-        }
+        factory = ClientFactory(region=descriptor.region, endpoints=descriptor.endpoints, max_pool_connections=4)
+        self._clients = factory.clients("sqs", "s3", "dynamodb", "cloudwatch")
         self._in_flight: dict[str, SessionRecord] = {}
         self._ended: list[SessionRecord] = []
         self._failures: list[FailureReason] = []
@@ -263,4 +259,3 @@ def render(snapshot: Snapshot, out: TextIO) -> None:
         lines.append("latest failures:")
         lines += [f"  {f.status:<16} {f.session_id} ({f.input_id}): {f.reason}" for f in s.latest_failures]
     print("\n".join(lines), file=out)
-

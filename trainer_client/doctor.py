@@ -25,15 +25,15 @@ from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any, TextIO
 
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError
 from botocore.exceptions import ClientError as BotoClientError
 
 from rollout_contract import ExperimentDescriptor, ExperimentResources, Status, validate_experiment
+from rollout_contract.aws import ClientFactory, error_code, error_message
 from rollout_contract.protocol import RUNTIME_READY, runtime_id
 from rollout_contract.resources import FUNCTION_ROLES, SESSIONS_PARTITION_KEY, QueueSpec, result_event_pattern
 from rollout_contract.sessions import ATTR_ATTEMPTS, ATTR_STATE, SessionState
-from trainer_client._aws import error_code, load_descriptor, new_session
+from trainer_client._aws import load_descriptor
 from trainer_client._client import RolloutClient
 from trainer_client._config import PollSettings, RolloutOptions
 from trainer_client._exceptions import AwsError, ExperimentNotFoundError, SubmitError
@@ -95,13 +95,9 @@ class Experiment:
     @classmethod
     def connect(cls, descriptor: ExperimentDescriptor) -> Experiment:
         """Build clients for the descriptor's region and endpoints (the local stack's, or AWS's)."""
-        session = new_session(descriptor.region)
-        config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=30)
+        factory = ClientFactory(region=descriptor.region, endpoints=descriptor.endpoints, read_timeout_s=30)
         services = ("sqs", "s3", "events", "bedrock-agentcore-control", "cloudwatch", "dynamodb")
-        clients = {
-            name: session.client(name, endpoint_url=descriptor.endpoints.get(name), config=config) for name in services
-        }
-        return cls(descriptor, clients)
+        return cls(descriptor, factory.clients(*services))
 
     @property
     def resources(self) -> ExperimentResources:
@@ -303,7 +299,7 @@ def check_runtime(exp: Experiment) -> CheckResult:
     except BotoClientError as exc:
         if error_code(exc) != "ResourceNotFoundException":
             raise
-        message = exc.response["Error"].get("Message", "")
+        message = error_message(exc)
         return CheckResult("runtime", False, f"{arn} not found: {message}", exp.redeploy)
     status = runtime.get("status")
     if status != RUNTIME_READY:

@@ -15,10 +15,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-import boto3
-from botocore.config import Config
-
 from agent_app.runtime._protocol import ENVELOPE_KEY, InvocationRequest, InvocationState, checked_state, state
+from rollout_contract.aws import ClientFactory
 from rollout_contract.protocol import region_of_arn
 
 __all__ = ["AgentCoreHttpClient", "InvocationError", "InvocationHandle"]
@@ -116,8 +114,8 @@ class AgentCoreHttpClient:
             aws_client: returns an open ``bedrock-agentcore`` client to use instead of one of ours.
         """
         self.runtime_arn = runtime_arn
-        self._config = Config(
-            max_pool_connections=max_pool_connections, read_timeout=read_timeout, user_agent_extra="agentcore-rollouts"
+        self._factory = ClientFactory(
+            region=region_of_arn(runtime_arn), max_pool_connections=max_pool_connections, read_timeout_s=read_timeout
         )
         self._rate_limiter = request_rate_limiter
         self._provider = aws_client
@@ -209,10 +207,7 @@ class AgentCoreHttpClient:
         if self._provider is not None:
             return await self._provider()
         if self._own_client is None:
-            region = region_of_arn(self.runtime_arn)
-            self._own_client = boto3.session.Session().client(
-                "bedrock-agentcore", region_name=region, config=self._config
-            )
+            self._own_client = self._factory.client("bedrock-agentcore")
         return self._own_client
 
 

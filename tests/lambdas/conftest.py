@@ -25,11 +25,11 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from lambdas.acr import CLIENT_CONFIG
 from lambdas.ledger import Recorded
 from lambdas.observability import metrics
 from lambdas.runtime import AwsClients, Runtime, current_runtime
 from local_stack.moto_server import forbid_missing_keys
+from rollout_contract.aws import ClientFactory
 from rollout_contract.messages import CancelRequest, DispatchRequest
 from rollout_contract.protocol import ERROR_TYPE_HEADER, SESSION_HEADER, AcrError
 from rollout_contract.resources import (
@@ -272,7 +272,9 @@ def env(
     events.put_rule(Name=resources.result_rule_name, EventPattern=json.dumps(result_event_pattern(BUCKET, EXP_ID)))
     events.put_targets(Rule=resources.result_rule_name, Targets=[{"Id": "finisher", "Arn": finisher_arn}])
     settings = settings.model_copy(update={"dispatch_queue_url": dispatch_url})
-    agentcore = boto_session.client("bedrock-agentcore", endpoint_url=acr.url, config=CLIENT_CONFIG)
+    agentcore = ClientFactory(endpoints={"bedrock-agentcore": acr.url}).client(
+        "bedrock-agentcore", single_attempt=True, session=boto_session
+    )
     for name, value in settings.to_env().items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE", acr.url)

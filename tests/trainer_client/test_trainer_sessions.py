@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainer_client._aws import new_session
+from rollout_contract.aws import new_session
 
 
 def test_sessions_are_distinct_but_share_one_loader_whose_paths_do_not_grow() -> None:

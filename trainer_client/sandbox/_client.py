@@ -24,9 +24,8 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from botocore.config import Config
-
 from lambdas.exceptions import AcrCallError, NoTokenError
+from rollout_contract.aws import ClientFactory
 from rollout_contract.ids import SESSION_ID_MAX_LENGTH, SESSION_ID_MIN_LENGTH, join_exp_id, validate_input_id
 from rollout_contract.invocations import (
     COMPLETED,
@@ -60,7 +59,7 @@ from rollout_contract.sandbox import (
     new_sandbox_session_id,
 )
 from rollout_contract.sessions import SessionState
-from trainer_client._aws import client_config, load_descriptor, new_session
+from trainer_client._aws import load_descriptor
 from trainer_client.sandbox._budget import SandboxBudget, SandboxStart, StillRunning
 from trainer_client.sandbox._types import (
     ExecError,
@@ -149,28 +148,18 @@ class SandboxClient:
         self.exp_id = join_exp_id(descriptor.exp_id, run)
         self.trainer_id = uuid.uuid4().hex
         self._clock = clock
-        session = new_session(self.region)
-        endpoints = descriptor.endpoints
-        agentcore = session.client(
-            "bedrock-agentcore",
-            endpoint_url=endpoints.get("bedrock-agentcore"),
-            # No hidden retries: each attempt takes its own token from the invoke budget.
-            config=Config(
-                retries={"total_max_attempts": 1},
-                max_pool_connections=max_pool_connections,
-                read_timeout=read_timeout,
-                connect_timeout=connect_timeout,
-            ),
+        factory = ClientFactory(
+            region=self.region,
+            endpoints=descriptor.endpoints,
+            max_attempts=max_retry_attempts + 1,
+            max_pool_connections=max_pool_connections,
         )
-        dynamodb = session.client(
-            "dynamodb",
-            endpoint_url=endpoints.get("dynamodb"),
-            config=client_config(max_retry_attempts, max_pool_connections),
-        )
+        # A call waits for its command's end; no hidden retries: each attempt takes its own invoke-budget token.
+        calls = factory.model_copy(update={"read_timeout_s": read_timeout, "connect_timeout_s": connect_timeout})
         self._budget = SandboxBudget(
             descriptor,
-            agentcore=agentcore,
-            dynamodb=dynamodb,
+            agentcore=calls.client("bedrock-agentcore", single_attempt=True),
+            dynamodb=factory.client("dynamodb"),
             trainer_id=self.trainer_id,
             attempts=max_retry_attempts,
             clock=clock,
