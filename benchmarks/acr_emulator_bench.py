@@ -25,12 +25,15 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
+import _results as results
 import boto3
 import httpx
 from botocore.config import Config
 
+import agentcore_rollouts_local  # noqa: F401  (puts local_stack, lambdas, examples on sys.path: D80)
 from local_stack.acr_emulator import EmulatorConfig, RuntimeConfig, start_emulator
 from rollout_contract import new_session_id
 from rollout_contract.protocol import SESSION_HEADER
@@ -115,10 +118,12 @@ class CpuMeter:
         return _cpu_seconds(self._bench.admin("stats")["fork_servers"][runtime_arn]["pid"])
 
 
-def _cold_vs_fork(bench: Bench, meter: CpuMeter, name: str, cold: RuntimeConfig, forked: RuntimeConfig, count: int):
-    print(
-        f"{name}: preload {', '.join(forked.preload)} (one-time template CPU {meter.preload_seconds(forked.arn):.2f} s)"
-    )
+def _cold_vs_fork(
+    bench: Bench, meter: CpuMeter, name: str, cold: RuntimeConfig, forked: RuntimeConfig, count: int
+) -> dict[str, Any]:
+    preload_cpu = meter.preload_seconds(forked.arn)
+    print(f"{name}: preload {', '.join(forked.preload)} (one-time template CPU {preload_cpu:.2f} s)")
+    figures: dict[str, Any] = {"template_preload_cpu_s": round(preload_cpu, 2)}
     for mode, runtime in (("cold process start", cold), ("fork-server start", forked)):
         before = meter.total()
         one_rate, one_median = bench.starts(runtime.arn, count)
@@ -128,6 +133,13 @@ def _cold_vs_fork(bench: Bench, meter: CpuMeter, name: str, cold: RuntimeConfig,
             f"  {mode:<19} {one_rate:6.2f} starts/s one at a time (median {one_median * 1000:5.0f} ms), "
             f"{four_rate:6.2f} starts/s four at a time, {cpu:5.3f} CPU s per start"
         )
+        figures[mode] = {
+            "starts_per_s_sequential": round(one_rate, 2),
+            "start_median_ms": round(one_median * 1000),
+            "starts_per_s_4_concurrent": round(four_rate, 2),
+            "cpu_s_per_start": round(cpu, 3),
+        }
+    return figures
 
 
 def _wait_for_fork_servers(bench: Bench, timeout_s: float = 60) -> None:
@@ -183,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--starts", type=int, default=8, help="sessions per cold-start measurement")
     parser.add_argument("--invokes", type=int, default=400, help="invokes per latency measurement")
     args = parser.parse_args(argv)
+    record = results.begin("acr_emulator_bench")
+    figures: dict[str, Any] = {}
 
     stdlib, sdk = _runtime("stdlib", "stdlib_agent.py"), _runtime("sdk", "sdk_agent.py")
     sdk_forked = _runtime("sdk-forked", "sdk_agent.py", preload=SDK_PRELOAD)
@@ -206,19 +220,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"emulator up at {emulator.url}")
         _wait_for_fork_servers(bench)
         meter = CpuMeter(bench, emulator.pid)
-        _cold_vs_fork(bench, meter, "BedrockAgentCoreApp agent", sdk, sdk_forked, args.starts)
+        figures["sdk_agent"] = _cold_vs_fork(bench, meter, "BedrockAgentCoreApp agent", sdk, sdk_forked, args.starts)
         if math:
-            _cold_vs_fork(bench, meter, "math agent's imports", *math, args.starts)
+            figures["math_imports_agent"] = _cold_vs_fork(bench, meter, "math agent's imports", *math, args.starts)
+        starts = {}
         rate, median = bench.starts(stdlib.arn, args.starts)
+        starts["stdlib_sequential"] = (rate, median)
         print(f"cold starts, stdlib agent, sequential:      {rate:6.1f} /s  (median {median * 1000:.0f} ms each)")
         rate, median = bench.starts(stdlib.arn, args.starts, concurrency=4)
+        starts["stdlib_4_concurrent"] = (rate, median)
         print(f"cold starts, stdlib agent, 4 concurrent:    {rate:6.1f} /s  (median {median * 1000:.0f} ms each)")
         rate, median = bench.starts(sdk.arn, max(2, args.starts // 2))
+        starts["sdk_sequential"] = (rate, median)
         print(f"cold starts, BedrockAgentCoreApp agent:     {rate:6.1f} /s  (median {median * 1000:.0f} ms each)")
         deadline = time.monotonic() + 20
         while bench.admin("stats")["warm_pool"][warm.arn] < WARM_POOL and time.monotonic() < deadline:
             time.sleep(0.05)
         rate, median = bench.starts(warm.arn, WARM_POOL)
+        starts["warm_pool_sequential"] = (rate, median)
+        figures["starts"] = {
+            name: {"per_s": round(rate, 1), "median_ms": round(median * 1000)}
+            for name, (rate, median) in starts.items()
+        }
         print(
             f"warm-pool starts ({WARM_POOL} pooled), sequential:  {rate:6.1f} /s  (median {median * 1000:.0f} ms each)"
         )
@@ -232,8 +255,14 @@ def main(argv: list[str] | None = None) -> int:
             ratio = via50 / dir50
             print(f"  added             p50 {via50 - dir50:6.2f}  p99 {via99 - dir99:6.2f}  (ratio p50 {ratio:.2f}x)")
             print(f"  boto3 via emulator p50 {b50:6.2f}  p99 {b99:6.2f}")
+            figures[f"invoke_ms_{name}_agent"] = {
+                "direct": {"p50": round(dir50, 2), "p99": round(dir99, 2)},
+                "via_emulator": {"p50": round(via50, 2), "p99": round(via99, 2)},
+                "boto3_via_emulator": {"p50": round(b50, 2), "p99": round(b99, 2)},
+            }
         bench.http.close()
     print(f"total {time.perf_counter() - began:.1f} s")
+    record.write(figures)
     return 0
 
 

@@ -39,8 +39,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
+import _results as results
 from agentcore_rl_toolkit import RolloutClient as ArtClient
 
+import agentcore_rollouts_local  # noqa: F401  (puts local_stack, lambdas, examples on sys.path: D80)
 from local_stack.hosting import DEFAULT_MODEL_NAME
 from local_stack.moto_server import LOCAL_ACCESS_KEYS
 from local_stack.stack import DEFAULT_RUN_DIR, LocalStack, StackSettings
@@ -108,10 +110,15 @@ def run_art(client: ArtClient, count: int, concurrency: int, duration_s: float) 
     return sum(1 for item in items if item.success)
 
 
-def quantiles(values: Sequence[float]) -> str:
+def percentiles(values: Sequence[float]) -> dict[str, float]:
+    """p50, p95 and max of ``values`` in seconds."""
     ordered = sorted(values)
     p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-    return f"p50 {statistics.median(ordered):6.2f} s  p95 {p95:6.2f} s  max {ordered[-1]:6.2f} s"
+    return {"p50": round(statistics.median(ordered), 3), "p95": round(p95, 3), "max": round(ordered[-1], 3)}
+
+
+def quantiles(values: Sequence[float]) -> str:
+    return "  ".join(f"{name} {value:6.2f} s" for name, value in percentiles(values).items())
 
 
 def completion_messages(client: RolloutClient) -> tuple[int, int]:
@@ -152,6 +159,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--art-concurrency", type=int, default=6)
     parser.add_argument("--duration-s", type=float, default=1.0)
     args = parser.parse_args(argv)
+    record = results.begin("art_traffic_bench")
 
     settings = StackSettings(
         run_dir=DEFAULT_RUN_DIR / "bench-art-traffic",
@@ -190,6 +198,23 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"{name}: ART's rollouts succeeded {phases[name].art_succeeded}/{args.art_rollouts}")
     drained = "not within 60 s" if drain_s is None else f"within {drain_s:.1f} s"
     print(f"after ART's batch on ours: completion queue empty {drained}, {dlq_depth} in its DLQ")
+    record.write(
+        {
+            **{
+                name: {
+                    "invoke_to_result_s": percentiles([s.elapsed_s for s in phase.ours]),
+                    "written_to_result_s": percentiles([s.delivery_s for s in phase.ours]),
+                    "art_succeeded": phase.art_succeeded,
+                }
+                for name, phase in phases.items()
+            },
+            "written_to_result_p50_art_on_ours_over_elsewhere": round(
+                delivery["ART on ours"] / delivery["ART elsewhere"], 2
+            ),
+            "completion_queue_drained_s": drain_s,
+            "completion_dlq_depth": dlq_depth,
+        }
+    )
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import random
 import time
 from dataclasses import dataclass
 
+import _results as results
+
 from trainer_client.backends.assembly import assemble_rows
 
 
@@ -64,6 +66,7 @@ def main() -> None:
     parser.add_argument("--completion", type=int, default=256)
     parser.add_argument("--spliced", type=int, default=64)
     options = parser.parse_args()
+    record = results.begin("assembly_bench")
     rng = random.Random(0)
     rollouts = [
         rollout(rng, options.prompt, options.turns, options.completion, options.spliced)
@@ -78,20 +81,17 @@ def main() -> None:
     baseline_s = time.process_time() - start
 
     assert all(len(r) == 1 and len(r[0].response_ids) * options.rollouts == tokens for r in rows)
-    print(
-        json.dumps(
-            {
-                "rollouts": options.rollouts,
-                "turns": options.turns,
-                "response_tokens_per_rollout": tokens // options.rollouts,
-                "assembly_ms_per_rollout": round(1000 * assembly_s / options.rollouts, 3),
-                "assembly_ms_per_1k_tokens": round(1e6 * assembly_s / tokens, 4),
-                "baseline_ms_per_rollout": round(1000 * baseline_s / options.rollouts, 3),
-                "ratio": round(assembly_s / baseline_s, 2),
-            },
-            indent=2,
-        )
-    )
+    figures = {
+        "rollouts": options.rollouts,
+        "turns": options.turns,
+        "response_tokens_per_rollout": tokens // options.rollouts,
+        "assembly_ms_per_rollout": round(1000 * assembly_s / options.rollouts, 3),
+        "assembly_ms_per_1k_tokens": round(1e6 * assembly_s / tokens, 4),
+        "baseline_ms_per_rollout": round(1000 * baseline_s / options.rollouts, 3),
+        "ratio": round(assembly_s / baseline_s, 2),
+    }
+    print(json.dumps(figures, indent=2))
+    record.write(figures)
 
 
 if __name__ == "__main__":

@@ -37,8 +37,10 @@ from concurrent.futures import wait
 from pathlib import Path
 from typing import Any
 
+import _results as results
 import httpx
 
+import agentcore_rollouts_local  # noqa: F401  (puts local_stack, lambdas, examples on sys.path: D80)
 from local_stack.cli import quota_settings
 from local_stack.stack import PROJECT_ROOT, LocalStack, StackSettings
 from rollout_contract import RolloutResult, Status
@@ -157,9 +159,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.max_wait_s is None:
         args.max_wait_s = 4 * (2 * args.rollouts / args.invoke_tps) + 300
+    record = results.begin("backlog_bench")
     summary = run(args)
     print(json.dumps(summary), flush=True)
-    return 0 if summary["lost"] == 0 and summary["unexpected"] == 0 else 1
+    ok = summary["lost"] == 0 and summary["unexpected"] == 0
+    record.write(summary, targets={"lost": 0, "unexpected": 0, "met": ok})
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import _results as results
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lambdas.dispatcher import DispatchOutcome, dispatch  # noqa: E402
@@ -248,9 +250,12 @@ def main(argv: list[str] | None = None) -> None:
         "session budget, result check), which moto on one small machine cannot serve at 25/s",
     )
     parser.add_argument("--tps-limit", type=float, default=25.0, help="invokes per second allowed per endpoint")
-    result = run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    record = results.begin("dispatcher_bench")
+    result = run(args)
     print(json.dumps(result, indent=2))
     ok = result["max_in_any_1s_window"] <= result["tps_limit"] and result["achieved_over_limit"] >= 0.95
+    record.write(result, targets={"max_in_any_1s_window": "<= tps_limit", "achieved_over_limit": ">= 0.95", "met": ok})
     sys.exit(0 if ok else 1)
 
 

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import _results as results
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from local_stack_bench import (
@@ -69,6 +70,7 @@ from local_stack_bench import (
     table,
 )
 
+import agentcore_rollouts_local  # noqa: F401  (puts local_stack, lambdas, examples on sys.path: D80)
 from local_stack._process import environment
 from local_stack.hosting import DEFAULT_MODEL_NAME
 from local_stack.stack import DEFAULT_RUN_DIR, LocalStack, StackSettings
@@ -114,6 +116,18 @@ class BenchSettings:
     run_dir: Path
     dispatchers: int = 5
     finishers: int = 1
+    quick: bool = False
+
+
+#: Upper bounds for the headline figures (the issue's targets); the result file says which were met.
+TARGETS = {
+    "dispatch_overhead_p50_s": 0.05,
+    "completion_p50_s": 0.05,
+    "completion_p99_s": 0.25,
+    "e2e_ratio_vs_direct": 1.0,
+    "system_calls_per_rollout": 10.0,
+    "dynamodb_calls_per_rollout": 4.0,
+}
 
 
 #: Messages per ``SendMessageBatch`` (SQS's limit): what one ``submit`` call of ours sends at once.
@@ -626,6 +640,7 @@ def parse_args(argv: Sequence[str] | None = None) -> BenchSettings:
         run_dir=args.run_dir,
         dispatchers=args.dispatchers,
         finishers=args.finishers,
+        quick=quick,
     )
     if min(settings.idle_pairs, settings.sessions, settings.dispatchers, settings.finishers) < 1 or settings.tps <= 0:
         parser.error("--idle, --sessions, --tps, --dispatchers and --finishers must be positive")
@@ -634,14 +649,22 @@ def parse_args(argv: Sequence[str] | None = None) -> BenchSettings:
     return settings
 
 
+def met(figures: dict[str, Any]) -> dict[str, bool]:
+    """Each target against its figure (a figure the run has no value for is not met)."""
+    return {name: figures.get(name) is not None and figures[name] <= bound for name, bound in TARGETS.items()}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run the benchmark, print the report, then the JSON line."""
+    """Run the benchmark, print the report, then the JSON line; write the result file."""
     settings = parse_args(argv)
+    record = results.begin("latency_bench-quick" if settings.quick else "latency_bench")
     started = time.monotonic()
     report = run(settings)
     print(render(report, settings))
     print(f"(benchmark took {time.monotonic() - started:.0f} s)")
-    print(json.dumps(headline(report)))
+    figures = headline(report)
+    print(json.dumps(figures))
+    record.write(figures, targets={"at_most": TARGETS, "met": met(figures)})
 
 
 if __name__ == "__main__":

@@ -44,11 +44,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
+import _results as results
 import boto3
 import httpx
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+import agentcore_rollouts_local  # noqa: F401  (puts local_stack, lambdas, examples on sys.path: D80)
 from examples.math_agent.dataset import synthetic
 from examples.math_agent.local import MATH_AGENT
 from local_stack._process import environment
@@ -513,6 +515,20 @@ def render_calls(reports: Sequence[KindReport]) -> str:
     return table(["service", "operation", "caller", *(r.kind.label for r in reports)], rows)
 
 
+def figures(reports: Sequence[KindReport]) -> dict[str, Any]:
+    """Per kind, the headline numbers for the result file."""
+    return {
+        r.kind.name: {
+            "statuses": dict(sorted(r.statuses.items())),
+            "event_path_s": {"p50": round(pick(r.event_s, 0.5), 4), "p99": round(pick(r.event_s, 0.99), 4)},
+            "art_polling_s": {"p50": round(pick(r.polling_s, 0.5), 4), "p99": round(pick(r.polling_s, 0.99), 4)},
+            "heads_per_rollout": round(statistics.fmean(r.heads), 2) if r.heads else None,
+            "system_calls_per_rollout": round(r.per_rollout(sum(r.system_calls().values())), 2),
+        }
+        for r in reports
+    }
+
+
 def _tally(systems: Sequence[Counter[Call]], key: Callable[[Call], Any]) -> dict[Any, list[int]]:
     """Group each report's calls by ``key``: key -> the count in each report, keys sorted."""
     tallies: list[Counter[Any]] = [Counter() for _ in systems]
@@ -595,11 +611,13 @@ def parse_args(argv: Sequence[str] | None = None) -> BenchSettings:
 def main(argv: Sequence[str] | None = None) -> None:
     """Run every kind and print the report."""
     settings = parse_args(argv)
+    record = results.begin("local_stack_bench")
     reports = []
     for kind in settings.kinds:
         print(f"{kind.label} rollouts: starting a local stack (logs in {settings.run_dir}/bench-{kind.name}/) ...")
         reports.append(run_kind(kind, settings))
     print(render(reports, settings))
+    record.write(figures(reports))
 
 
 if __name__ == "__main__":

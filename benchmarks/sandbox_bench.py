@@ -29,8 +29,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _results as results
 from agentcore_rl_toolkit.sandbox import SandboxClient as ArtSandboxClient
 
+import agentcore_rollouts_local  # noqa: F401  (puts local_stack, lambdas, examples on sys.path: D80)
 from local_stack._process import environment
 from local_stack.sandbox import sandbox_settings
 from local_stack.stack import LocalStack
@@ -65,6 +67,7 @@ def main() -> None:
     parser.add_argument("--sandboxes", type=int, default=8, help="sandboxes started per client")
     parser.add_argument("--execs", type=int, default=10, help="commands of each kind per sandbox")
     args = parser.parse_args()
+    record = results.begin("sandbox_bench")
     run_dir = Path(tempfile.mkdtemp(prefix="sandbox-bench-"))
     settings = sandbox_settings(run_dir=run_dir, experiments=(EXP,), gateway=False)
     with LocalStack(settings) as stack, environment(stack.env):
@@ -93,6 +96,18 @@ def main() -> None:
         )
         ratio = _percentile(timings["ours"][step], 50) / _percentile(timings["ART 0.2.0"][step], 50)
         print(f"{step:<16}{cells}{ratio:>14.2f}")
+    record.write(
+        {
+            f"{step}_ms": {
+                name: {
+                    "p50": round(_percentile(timings[name][step], 50), 1),
+                    "p99": round(_percentile(timings[name][step], 99), 1),
+                }
+                for name in clients
+            }
+            for step in STEPS
+        }
+    )
 
 
 if __name__ == "__main__":

@@ -49,9 +49,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import _results as results
 import boto3
 import httpx
 
+import agentcore_rollouts_local  # noqa: F401  (puts local_stack, lambdas, examples on sys.path: D80)
 from local_stack.stack import PROJECT_ROOT, LocalStack, StackSettings
 from rollout_contract import ExperimentResources, parse_result_key
 from rollout_contract.events import OBJECT_CREATED, S3_SOURCE
@@ -381,9 +383,12 @@ def main(argv: list[str] | None = None) -> int:
     # Stop the stack and the trainer on SIGTERM, and on Ctrl-C even when started in the background.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    record = results.begin("soak_bench-quick" if args.quick else "soak_bench")
     report = run(args)
     print(json.dumps(report))
-    return 0 if report["lost"] == 0 and report["duplicated"] == 0 else 1
+    ok = report["lost"] == 0 and report["duplicated"] == 0
+    record.write(report, targets={"lost": 0, "duplicated": 0, "met": ok})
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

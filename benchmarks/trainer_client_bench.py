@@ -24,6 +24,8 @@ import tracemalloc
 from collections import deque
 from typing import Any
 
+import _results as results
+
 from rollout_contract import DispatchRequest, RolloutResult, Timings, parse_dispatch_message
 from trainer_client import AwsClients, PollSettings, RolloutClient
 
@@ -117,6 +119,7 @@ def main() -> None:
     parser.add_argument("--rollouts", type=int, default=10_000)
     parser.add_argument("--rate", type=float, default=2000.0, help="synthetic events per second")
     args = parser.parse_args()
+    record = results.begin("trainer_client_bench")
 
     sqs, s3 = FakeSqs(), FakeS3()
     client = RolloutClient(
@@ -169,6 +172,7 @@ def main() -> None:
 
     latencies = sorted(resolved_at[sid] - sqs.pushed_at[sid] for sid, _ in bodies)
     assert sqs.deleted == args.rollouts and sqs.handed_back == 0
+    p50_ms, p99_ms = statistics.median(latencies) * 1e3, latencies[int(0.99 * len(latencies))] * 1e3
     print(f"rollouts in flight:            {args.rollouts}")
     print(f"memory per in-flight future:   {per_future / 1024:.2f} KiB (tracemalloc over submit, minus the fake queue)")
     print(
@@ -176,9 +180,16 @@ def main() -> None:
         "the synthetic producer)"
     )
     print(f"events offered:                {args.rate:.0f}/s; completed {args.rollouts / wall:.0f}/s over {wall:.1f} s")
-    print(
-        f"event queued -> resolved:      p50 {statistics.median(latencies) * 1e3:.2f} ms, "
-        f"p99 {latencies[int(0.99 * len(latencies))] * 1e3:.2f} ms"
+    print(f"event queued -> resolved:      p50 {p50_ms:.2f} ms, p99 {p99_ms:.2f} ms")
+    record.write(
+        {
+            "rollouts_in_flight": args.rollouts,
+            "memory_kib_per_future": round(per_future / 1024, 2),
+            "cpu_us_per_completion": round(cpu / args.rollouts * 1e6),
+            "events_offered_per_s": args.rate,
+            "completed_per_s": round(args.rollouts / wall),
+            "event_to_resolved_ms": {"p50": round(p50_ms, 2), "p99": round(p99_ms, 2)},
+        }
     )
 
 
