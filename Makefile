@@ -64,7 +64,8 @@ PYTEST_WORKERS ?= auto
 PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile
 
 check: lint
-	$(BIN)/python -m pytest -q -m "not e2e and not cdk and not packaging and not processes" $(PARALLEL)
+	$(BIN)/python -m pytest -q -m "not e2e and not cdk and not packaging and not processes" $(PARALLEL) \
+		--hypothesis-profile=check
 
 test: lint
 	$(BIN)/python -m pytest -m "not e2e" $(PARALLEL)

@@ -10,6 +10,11 @@ from pathlib import Path
 
 import boto3
 import pytest
+from hypothesis import settings
+
+#: `make check`, the fast loop, runs the property tests with fewer examples (``--hypothesis-profile=check``);
+#: `make test` runs each with its own count.
+settings.register_profile("check", max_examples=3)
 
 
 @pytest.fixture(scope="session")

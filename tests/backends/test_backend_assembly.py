@@ -81,7 +81,7 @@ def check_row(row: TokenRow, calls: list[Call]) -> None:
     assert masked == [0.0] * len(masked)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(deadline=None)
 @given(episode_specs())
 def test_one_row_per_unbroken_run_of_calls(specs):
     episodes = build_episodes(specs)
@@ -92,7 +92,7 @@ def test_one_row_per_unbroken_run_of_calls(specs):
         assert not row.truncated
 
 
-@settings(max_examples=100, deadline=None)
+@settings(deadline=None)
 @given(episode_specs(), st.integers(1, 30), st.integers(1, 60))
 def test_truncation_keeps_prompt_end_and_response_start_with_mask_and_logprobs_aligned(specs, max_prompt, max_response):
     calls = [call for episode in build_episodes(specs) for call in episode]
@@ -108,7 +108,7 @@ def test_truncation_keeps_prompt_end_and_response_start_with_mask_and_logprobs_a
         assert row.truncated is cut
 
 
-@settings(max_examples=100, deadline=None)
+@settings(deadline=None)
 @given(episode_specs(), st.data())
 def test_the_row_checker_fails_when_one_token_is_shifted(specs, data):
     episode = build_episodes(specs)[0]

@@ -283,7 +283,8 @@ def test_every_interleaving_moves_rollouts_only_as_the_table_says(env: Env) -> N
     run_state_machine_as_test(
         Lifecycle,
         settings=settings(
-            max_examples=10,
+            # 10 interleavings; fewer under `make check`'s profile (tests/conftest.py).
+            max_examples=min(10, settings().max_examples),
             stateful_step_count=20,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
