@@ -708,12 +708,13 @@ class RolloutClient:
 
     # Inspecting
 
-    def status(self, recent: int = 10) -> ExperimentStatus:
+    def status(self, recent: int = 0) -> ExperimentStatus:
         """Return queue depths, the number of rollouts in flight and the ``recent`` newest results.
 
         Of this client's run when it has one (rollouts in flight and results; the queues are the experiment's),
-        else of the whole experiment, every run included. Lists every result key under the exp_id to find the
-        newest (one ListObjectsV2 page per 1,000).
+        else of the whole experiment, every run included. The default reads no result: its cost does not grow
+        with the run. ``recent`` > 0 lists every result key under the exp_id to find the newest (one
+        ListObjectsV2 page per 1,000); a live view that never lists is ``rollouts top`` (``--once --json``).
 
         Raises:
             AwsError: a queue, the sessions table or the bucket could not be read.

@@ -48,7 +48,8 @@ class ExperimentStatus:
 def read_status(
     clients: AwsClients, resources: ExperimentResources, bucket: str, recent: int, *, exp_id: str | None = None
 ) -> ExperimentStatus:
-    """Read queue depths, the in-flight count and the ``recent`` newest results of ``exp_id`` (default: all runs)."""
+    """Read queue depths, the in-flight count and the ``recent`` newest results of ``exp_id`` (default: all runs);
+    the result prefix is listed only for ``recent`` > 0."""
     exp_id = exp_id or resources.exp_id
     queues = []
     for spec in (resources.dispatch_queue, resources.completion_queue):
@@ -65,7 +66,11 @@ def read_status(
                     int(attributes["ApproximateNumberOfMessagesNotVisible"]),
                 )
             )
-    newest = heapq.nlargest(recent, _result_objects(clients.s3, bucket, exp_id), key=lambda o: o["LastModified"])
+    newest = (
+        heapq.nlargest(recent, _result_objects(clients.s3, bucket, exp_id), key=lambda o: o["LastModified"])
+        if recent > 0
+        else []
+    )
     return ExperimentStatus(
         exp_id,
         queues,

@@ -65,8 +65,8 @@ def test_status_of_a_run_counts_its_rollouts_in_flight_and_its_results_only(desc
         future = client.invoke({"reward": 0.25}, input_id="q")
         backend.serve(1)
         future.result(10)
-        # WHEN its status is read
-        status = client.status()
+        # WHEN its status is read, with its newest result
+        status = client.status(recent=1)
     with RolloutClient.for_experiment(exp, poll=FAST_POLL) as whole:
         everything = whole.status()
 
@@ -139,3 +139,22 @@ def test_starting_a_run_costs_one_descriptor_read_and_no_other_aws_call(descript
 
     # THEN that was the descriptor read alone: no deploy, no queue or rule to create
     assert started == {"ssm:GetParameter": 1}
+
+
+def test_status_lists_no_result_unless_asked_for_the_newest(client, backend):
+    # GIVEN a finished rollout, and the client's S3 calls counted
+    future = client.invoke({"reward": 1.0}, input_id="q")
+    backend.serve(1)
+    future.result(10)
+    s3_calls: Counter[str] = Counter()
+    client._clients.s3.meta.events.register("before-call", lambda model, **_: s3_calls.update([model.name]))
+
+    # WHEN the status is read as is, then with its newest result
+    plain = client.status()
+    assert s3_calls == Counter()
+    newest = client.status(recent=1)
+
+    # THEN only the second listed the result prefix (a cost that grows with the run)
+    assert plain.recent == [] and plain.queues == newest.queues
+    assert [r.session_id for r in newest.recent] == [future.session_id]
+    assert s3_calls == Counter({"ListObjectsV2": 1, "GetObject": 1})
