@@ -27,7 +27,7 @@ if str(TWIN_ROOT) not in sys.path:
     sys.path.append(str(TWIN_ROOT))
 
 
-def add_commands(subparsers: argparse._SubParsersAction) -> None:
+def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Mount ``rollouts local ...`` and ``rollouts demo`` (the bundled math agent is the default agent)."""
     from examples.math_agent.local import MATH_DEMO
     from local_stack.cli import add_commands as add_local_commands

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from aws_cdk import Annotations, CfnOutput, RemovalPolicy, Stack
+from aws_cdk import Annotations, CfnOutput, Environment, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
@@ -14,7 +14,7 @@ from constructs import Construct
 
 from infra.doctor_grants import grant_doctor_reads
 from infra.monitoring import Monitoring
-from infra.nag import acknowledge, nag_value
+from infra.nag import acknowledge, nag_logical_id, nag_value
 from infra.queues import RolloutQueue
 from infra.routing import ResultRouting
 from infra.runtime import AdoptedAgentRuntime, AgentRuntime
@@ -45,8 +45,16 @@ class ExperimentStack(Stack):
     outside the stack refers to anything in it, so ``cdk destroy`` removes it whole.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, settings: ExperimentSettings, **kwargs: object) -> None:
-        super().__init__(scope, construct_id, **kwargs)
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: ExperimentSettings,
+        env: Environment | None = None,
+        description: str | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id, env=env, description=description)
         exp_id = settings.exp_id
         self.names = names = ExperimentResources.for_experiment(exp_id)
         self.results_bucket = bucket = s3.Bucket.from_bucket_name(
@@ -229,7 +237,7 @@ class ExperimentStack(Stack):
         bucket_arn = f"arn:{nag_value(self.partition)}:s3:::{bucket_name}"
         results = f"AwsSolutions-IAM5[Resource::{bucket_arn}/{experiment_prefix(exp_id)}*]"
         payloads = f"AwsSolutions-IAM5[Resource::{bucket_arn}/{payload_ref_prefix(exp_id)}*]"
-        table_id = self.get_logical_id(self.sessions_table.node.default_child)
+        table_id = nag_logical_id(self.sessions_table)
         runtime_endpoints = f"AwsSolutions-IAM5[Resource::{self.agent.nag_arn}/*]"
         agent_results = (
             results if self._agent_results is None else f"AwsSolutions-IAM5[Resource::{self._agent_results}]"

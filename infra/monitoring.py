@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from aws_cdk import Duration
 from aws_cdk import aws_bedrockagentcore as agentcore
@@ -140,7 +140,9 @@ class RolloutAlarms(Construct):
             for alarm in self.alarms:
                 alarm.add_alarm_action(action)
 
-    def _at_least_one(self, metric: cw.IMetric, construct_id: str, description: str, *, periods: int = 1) -> None:
+    def _at_least_one(
+        self, metric: cw.Metric | cw.MathExpression, construct_id: str, description: str, *, periods: int = 1
+    ) -> None:
         """Alarm when ``metric`` is at least 1 for ``periods`` minutes in a row (no data: fine)."""
         self.alarms.append(
             metric.create_alarm(
@@ -375,9 +377,9 @@ def _search(metrics: RolloutMetrics, dimensions: tuple[str, ...], name: str, sta
 
 def _graph(
     title: str,
-    left: list[cw.IMetric],
+    left: Sequence[cw.IMetric],
     *,
-    right: list[cw.IMetric] | None = None,
+    right: Sequence[cw.IMetric] | None = None,
     annotations: list[cw.HorizontalAnnotation] | None = None,
 ) -> cw.GraphWidget:
     return cw.GraphWidget(

@@ -7,7 +7,7 @@ with credentials). :func:`nag_arn` and :func:`nag_value` build them for either, 
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, App, Aws, Stack, Validations
+from aws_cdk import Acknowledgment, App, Aws, CfnElement, Stack, Validations
 from cdk_nag import AwsSolutionsChecks
 from constructs import IConstruct
 
@@ -31,6 +31,18 @@ def acknowledge(scope: IConstruct, finding: str, reason: str) -> None:
 def nag_value(value: str) -> str:
     """How cdk-nag prints ``value`` in a finding id: pseudo parameters as ``<AWS::Name>``, literals as they are."""
     return _PSEUDO_PARAMETERS.get(value, value)
+
+
+def nag_logical_id(construct: IConstruct) -> str:
+    """The logical id of ``construct``'s CloudFormation resource (its default child), as finding ids name it.
+
+    Raises:
+        TypeError: ``construct`` has no CloudFormation resource as its default child.
+    """
+    resource = construct.node.default_child
+    if not isinstance(resource, CfnElement):
+        raise TypeError(f"{construct.node.path} has no CloudFormation resource as its default child")
+    return Stack.of(construct).get_logical_id(resource)
 
 
 def nag_arn(scope: IConstruct, service: str, resource: str) -> str:

@@ -19,7 +19,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from infra.functions import powertools_layer_parameter, powertools_version
 from infra.regions import RUNTIME_REGIONS, RUNTIME_RESOURCE_TYPE, supports_runtime
-from rollout_contract.aws import ClientFactory, error_code
+from rollout_contract.aws import ClientFactory, Clients, Service, error_code
 from rollout_contract.protocol import DEFAULT_ACTIVE_SESSION_QUOTA, DEFAULT_INVOKE_TPS
 from rollout_contract.resources import AGENT_REPOSITORY_NAME, SHARED_STACK_NAME, results_bucket_name
 from trainer_client.doctor import CheckResult
@@ -55,12 +55,12 @@ class Target:
     image_tag: str | None = None
     session_budget: int = int(DEFAULT_ACTIVE_SESSION_QUOTA * 0.9)
     tps_limit: float = float(DEFAULT_INVOKE_TPS)
-    clients: dict[str, Any] = field(default_factory=dict)
+    clients: Clients = field(default_factory=Clients)
 
     @classmethod
     def connect(cls, region: str, **options: Any) -> Target:
         """Clients for ``region`` (endpoints from ``AWS_ENDPOINT_URL_*``) and the caller's account."""
-        services = ("sts", "ssm", "cloudformation", "s3", "ecr", "service-quotas")
+        services: tuple[Service, ...] = ("sts", "ssm", "cloudformation", "s3", "ecr", "service-quotas")
         clients = ClientFactory(region=region, read_timeout_s=30).clients(*services)
         account = clients["sts"].get_caller_identity()["Account"]
         return cls(region=region, account=account, clients=clients, **options)

@@ -11,7 +11,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from infra.nag import acknowledge, nag_arn
+from infra.nag import acknowledge, nag_arn, nag_logical_id
 from infra.settings import MISSING_IMAGE, MUTABLE_IMAGE_TAGS, AdoptedRuntime, ImageDirectory, ImageTag, VpcPlacement
 from rollout_contract.protocol import DEFAULT_QUALIFIER
 
@@ -121,7 +121,7 @@ class AgentRuntime(Construct):
     @property
     def nag_arn(self) -> str:
         """The runtime's ARN as cdk-nag prints it in finding ids."""
-        return f"<{Stack.of(self).get_logical_id(self.runtime.node.default_child)}.AgentRuntimeArn>"
+        return f"<{nag_logical_id(self.runtime)}.AgentRuntimeArn>"
 
     def _set_log_retention(self) -> None:
         """Give the runtime's log group (which ACR creates) a retention, whether it exists yet or not.
@@ -151,7 +151,7 @@ class AgentRuntime(Construct):
         acknowledge(
             setter,
             f"AwsSolutions-IAM5[Resource::{nag_arn(self, 'logs', 'log-group:')}{RUNTIME_LOG_GROUP_PREFIX}"
-            f"<{Stack.of(self).get_logical_id(self.runtime.node.default_child)}.AgentRuntimeId>-{DEFAULT_QUALIFIER}:*]",
+            f"<{nag_logical_id(self.runtime)}.AgentRuntimeId>-{DEFAULT_QUALIFIER}:*]",
             "CDK's log-retention function: the runtime's log group and its streams only.",
         )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import CfnOutput, Duration, Environment, RemovalPolicy, Stack
 from aws_cdk import aws_ecr as ecr
 from constructs import Construct
 
@@ -22,8 +22,10 @@ class SharedStack(Stack):
     experiment stacks find them by name, so no CloudFormation export ties an experiment to this stack.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, **kwargs: object) -> None:
-        super().__init__(scope, construct_id, **kwargs)
+    def __init__(
+        self, scope: Construct, construct_id: str, *, env: Environment | None = None, description: str | None = None
+    ) -> None:
+        super().__init__(scope, construct_id, env=env, description=description)
         self.repository = ecr.Repository(
             self,
             "AgentRepository",

@@ -13,6 +13,7 @@ from lambdas.runtime import current_runtime
 from rollout_contract import metrics as names
 
 if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.batch.base import FailureResponse, SuccessResponse
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -29,7 +30,7 @@ class ConcurrentBatchProcessor(BatchProcessor):
         super().__init__(event_type, raise_on_entire_batch_failure=False)
         self.max_workers = max_workers
 
-    def process(self) -> list[tuple]:
+    def process(self) -> list[SuccessResponse | FailureResponse]:
         """Call the record handler for every record, concurrently."""
         if len(self.records) <= 1:
             return super().process()

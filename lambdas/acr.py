@@ -31,7 +31,7 @@ from rollout_contract.aws import error_code, error_message, http_status
 from rollout_contract.protocol import RESOURCE_NOT_FOUND, RETRYABLE_ERROR_CODES
 
 if TYPE_CHECKING:
-    from botocore.client import BaseClient
+    from types_boto3_bedrock_agentcore import BedrockAgentCoreClient
 
     from lambdas.tps import TpsBudget
 
@@ -62,7 +62,7 @@ class Acr:
 
     def __init__(
         self,
-        client: BaseClient,
+        client: BedrockAgentCoreClient,
         *,
         tps: TpsBudget,
         runtime_arn: str,

@@ -5,7 +5,7 @@ Used by the ledger, the TPS budget and the result store.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from botocore.exceptions import ClientError
@@ -24,11 +24,11 @@ class Written(NamedTuple):
     #: The condition held and the write was made.
     ok: bool
     #: The call's response; on a failed condition the error's (``Item`` there when it was asked for).
-    response: dict[str, Any]
+    response: Mapping[str, Any]
 
 
 def conditional_write(
-    call: Callable[..., dict[str, Any]], *, failed: str = CONDITION_FAILED, **request: Any
+    call: Callable[..., Mapping[str, Any]], *, failed: str = CONDITION_FAILED, **request: Any
 ) -> Written:
     """Make a conditional write (``update_item``, ``put_object``, ...); the error code ``failed`` is an answer."""
     try:
@@ -37,6 +37,16 @@ def conditional_write(
         if error_code(exc) != failed:
             raise
         return Written(False, dict(exc.response))
+
+
+def returned_item(exc: ClientError) -> Mapping[str, Any] | None:
+    """The item a write whose condition failed returned (``ReturnValuesOnConditionCheckFailure``), if any.
+
+    DynamoDB puts it in the error response, which botocore's stubs type without it.
+    """
+    response: Mapping[str, Any] = exc.response
+    item: Mapping[str, Any] | None = response.get("Item")
+    return item
 
 
 def s(value: str) -> dict[str, str]:

@@ -58,8 +58,9 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-    from lambdas.ledger import SessionRecord, Started
+    from lambdas.ledger import Started
     from lambdas.runtime import Runtime
+    from rollout_contract.sessions import SessionRecord
 
 #: Records of one batch dispatched in parallel.
 DISPATCH_WORKERS = 10
@@ -99,7 +100,7 @@ class DispatchOutcome(StrEnum):
 
 def retry_delay_s(attempt: int) -> float:
     """Seconds to wait before invoke attempt ``attempt + 1`` after a retryable error."""
-    return min(RETRY_CAP_S, RETRY_BASE_S * 2 ** max(attempt - 1, 0))
+    return min(RETRY_CAP_S, RETRY_BASE_S * 2.0 ** max(attempt - 1, 0))
 
 
 def slot_wait_delay_s(receive_count: int) -> float:

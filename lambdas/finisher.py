@@ -80,7 +80,7 @@ MAX_RETRY_DELAY_S = 60
 
 def retry_delay_s(receive_count: int) -> int:
     """Seconds before a failed finish is tried again: 5 s doubling per receive, at most a minute."""
-    return min(MAX_RETRY_DELAY_S, 5 * 2 ** max(receive_count - 1, 0))
+    return min(MAX_RETRY_DELAY_S, 5 << max(receive_count - 1, 0))
 
 
 #: Records of one batch finished in parallel: each waits on a stop (its TPS token and ACR's answer), and

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from botocore.exceptions import ClientError
 
-from lambdas.conditional import CONDITION_FAILED, conditional_write, n, s
+from lambdas.conditional import CONDITION_FAILED, conditional_write, n, returned_item, s
 from rollout_contract.aws import error_code
 from rollout_contract.budgets import (
     ATTR_TOTAL,
@@ -74,7 +74,7 @@ from rollout_contract.sessions import (
 )
 
 if TYPE_CHECKING:
-    from botocore.client import BaseClient
+    from types_boto3_dynamodb import DynamoDBClient
 
     from rollout_contract.keys import ResultKey
 
@@ -104,7 +104,7 @@ class _Cancelled(NamedTuple):
     """Why a transaction was cancelled: each item's reason code, and the item a failed condition met."""
 
     reasons: list[str]
-    items: list[dict[str, Any] | None]
+    items: list[Mapping[str, Any] | None]
 
 
 class Admission(StrEnum):
@@ -156,7 +156,7 @@ class Ledger:
 
     def __init__(
         self,
-        dynamodb: BaseClient,
+        dynamodb: DynamoDBClient,
         *,
         sessions_table: str,
         budget_table: str,
@@ -193,7 +193,10 @@ class Ledger:
         except ClientError as exc:
             if error_code(exc) != CONDITION_FAILED:
                 raise
-            return Recorded(SessionRecord.from_item(exc.response["Item"]), new=False)
+            item = returned_item(exc)
+            if item is None:
+                raise
+            return Recorded(SessionRecord.from_item(item), new=False)
         record = SessionRecord(
             session_id=key.session_id,
             state=SessionState.QUEUED,
@@ -388,7 +391,7 @@ class Ledger:
             except ClientError as exc:
                 if error_code(exc) != CONDITION_FAILED:
                     raise
-                if _is_finished(exc.response.get("Item")):
+                if _is_finished(returned_item(exc)):
                     return Transition.ALREADY_FINISHED
                 try_holding = True
                 continue
@@ -600,7 +603,8 @@ class Ledger:
         attempt = 1
         while True:
             try:
-                self._dynamodb.transact_write_items(TransactItems=list(items))
+                # The items are requests built as dicts (see _move); botocore validates them against the model.
+                self._dynamodb.transact_write_items(TransactItems=list(items))  # type: ignore[arg-type]
                 return None
             except ClientError as exc:
                 if error_code(exc) != _TXN_CANCELLED:

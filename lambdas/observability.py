@@ -37,8 +37,8 @@ def lambda_entry_point(handler: Handler[Response]) -> Callable[[dict[str, Any], 
     and the invocation's metrics are flushed whether the handler returns or raises. A direct call without
     a context (a script, a test) has no request id to log but still flushes its metrics.
     """
-    with_metrics = metrics.log_metrics(handler)
-    with_context = logger.inject_lambda_context(with_metrics)
+    with_metrics: Callable[[dict[str, Any], LambdaContext | None], Response] = metrics.log_metrics(handler)
+    with_context: Handler[Response] = logger.inject_lambda_context(with_metrics)
 
     @functools.wraps(handler)
     def entry_point(event: dict[str, Any], context: LambdaContext | None) -> Response:

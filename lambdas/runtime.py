@@ -29,7 +29,10 @@ from rollout_contract.aws import ClientFactory
 from rollout_contract.resources import HANDLER_ENV_PREFIX, ExperimentResources, HandlerSettings
 
 if TYPE_CHECKING:
-    from botocore.client import BaseClient
+    from types_boto3_bedrock_agentcore import BedrockAgentCoreClient
+    from types_boto3_dynamodb import DynamoDBClient
+    from types_boto3_s3 import S3Client
+    from types_boto3_sqs import SQSClient
 
 #: Longest a caller waits for an invoke slot before giving up (the dispatcher then re-queues).
 MAX_TOKEN_WAIT_S = 5.0
@@ -38,10 +41,10 @@ MAX_TOKEN_WAIT_S = 5.0
 class AwsClients(NamedTuple):
     """The boto3 clients the functions use (endpoints from ``AWS_ENDPOINT_URL_*`` when set)."""
 
-    s3: BaseClient
-    sqs: BaseClient
-    dynamodb: BaseClient
-    agentcore: BaseClient
+    s3: S3Client
+    sqs: SQSClient
+    dynamodb: DynamoDBClient
+    agentcore: BedrockAgentCoreClient
 
     @classmethod
     def build(cls, factory: ClientFactory | None = None) -> AwsClients:

@@ -9,7 +9,7 @@ from lambdas.conditional import PRECONDITION_FAILED, conditional_write
 from rollout_contract.results import RolloutResult
 
 if TYPE_CHECKING:
-    from botocore.client import BaseClient
+    from types_boto3_s3 import S3Client
 
     from rollout_contract.keys import ResultKey
 
@@ -24,7 +24,7 @@ class Stored(NamedTuple):
 class ResultStore:
     """The experiment's result objects and parked payloads in one bucket."""
 
-    def __init__(self, s3: BaseClient, *, bucket: str) -> None:
+    def __init__(self, s3: S3Client, *, bucket: str) -> None:
         self._s3 = s3
         self.bucket = bucket
 

@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-    from lambdas.ledger import SessionRecord
     from lambdas.runtime import Runtime
+    from rollout_contract.sessions import SessionRecord
 
 #: Overdue rollouts ended at once. Each waits on its stop (a token from the shared invoke budget, which
 #: bounds the rate, then ACR's answer); boto3 keeps 10 connections per client, so more would queue there.

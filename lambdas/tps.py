@@ -41,7 +41,7 @@ from rollout_contract.budgets import ATTR_NEXT_AT, tps_budget_id
 from rollout_contract.resources import BUDGET_PARTITION_KEY, TTL_ATTRIBUTE
 
 if TYPE_CHECKING:
-    from botocore.client import BaseClient
+    from types_boto3_dynamodb import DynamoDBClient
 
 #: Fraction of the limit the slots are spaced for, on top of the lateness: clocks and networks jitter.
 TPS_HEADROOM = 0.99
@@ -70,7 +70,7 @@ class TpsBudget:
 
     def __init__(
         self,
-        dynamodb: BaseClient,
+        dynamodb: DynamoDBClient,
         *,
         table: str,
         runtime_arn: str,

@@ -40,7 +40,8 @@ def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that the OS just chose (bind to port 0) and released."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOCALHOST, 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def http_ready(url: str) -> Callable[[], bool]:

@@ -27,7 +27,7 @@ __all__ = ["add_commands"]
 _DEFAULT_RUN_DIR = Path(".local-stack")
 
 
-def add_commands(subparsers: argparse._SubParsersAction, demo: DemoTask) -> None:
+def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], demo: DemoTask) -> None:
     """Add ``local up|down|status`` and ``demo`` to the ``rollouts`` parser's subcommands.
 
     ``demo`` is what ``rollouts demo`` runs; ``rollouts local up`` hosts its agent.
@@ -89,7 +89,7 @@ def add_commands(subparsers: argparse._SubParsersAction, demo: DemoTask) -> None
     status.set_defaults(func=_status)
 
 
-def _add_demo(subparsers: argparse._SubParsersAction, task: DemoTask) -> None:
+def _add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], task: DemoTask) -> None:
     demo = subparsers.add_parser(
         "demo", help=f"bring the local stack up, run {task.agent.name} in GRPO groups, summarize, shut down"
     )

@@ -81,7 +81,8 @@ class _Resolver:
 
     def _attribute(self, logical_id: str, attribute: str) -> str:
         try:
-            return self(self._attributes[logical_id][attribute])
+            value: str = self(self._attributes[logical_id][attribute])
+            return value
         except KeyError:
             raise UnresolvedError(f"no local value for {logical_id}.{attribute}") from None
 

@@ -12,7 +12,11 @@ import json
 import logging
 import threading
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from types_boto3_cloudwatch import CloudWatchClient
+    from types_boto3_cloudwatch.type_defs import DimensionTypeDef, MetricDatumTypeDef
 
 __all__ = ["EmbeddedMetrics", "EmfStdout", "metric_data"]
 
@@ -23,18 +27,20 @@ _EMF_START = '{"_aws"'
 _PUT_BATCH = 1000
 
 
-def metric_data(document: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def metric_data(document: dict[str, Any]) -> list[tuple[str, MetricDatumTypeDef]]:
     """The ``(namespace, datum)`` pairs one EMF document declares (one datum per value of a metric)."""
     meta = document["_aws"]
     timestamp = datetime.fromtimestamp(meta["Timestamp"] / 1000, UTC)
-    data = []
+    data: list[tuple[str, MetricDatumTypeDef]] = []
     for directive in meta["CloudWatchMetrics"]:
         for dimension_set in directive.get("Dimensions") or [[]]:
-            dimensions = [{"Name": name, "Value": str(document[name])} for name in dimension_set]
+            dimensions: list[DimensionTypeDef] = [
+                {"Name": name, "Value": str(document[name])} for name in dimension_set
+            ]
             for metric in directive["Metrics"]:
                 values = document[metric["Name"]]
                 for value in values if isinstance(values, list) else [values]:
-                    datum = {
+                    datum: MetricDatumTypeDef = {
                         "MetricName": metric["Name"],
                         "Dimensions": dimensions,
                         "Timestamp": timestamp,
@@ -48,9 +54,9 @@ def metric_data(document: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 class EmbeddedMetrics:
     """Collect EMF documents' metric data and publish them on :meth:`flush`."""
 
-    def __init__(self, cloudwatch: Any) -> None:
+    def __init__(self, cloudwatch: CloudWatchClient) -> None:
         self._cloudwatch = cloudwatch
-        self._pending: list[tuple[str, dict[str, Any]]] = []
+        self._pending: list[tuple[str, MetricDatumTypeDef]] = []
         self._lock = threading.Lock()
 
     def feed(self, line: str) -> None:
@@ -67,7 +73,7 @@ class EmbeddedMetrics:
         """Publish what was collected since the last flush, per namespace."""
         with self._lock:
             pending, self._pending = self._pending, []
-        by_namespace: dict[str, list[dict[str, Any]]] = {}
+        by_namespace: dict[str, list[MetricDatumTypeDef]] = {}
         for namespace, datum in pending:
             by_namespace.setdefault(namespace, []).append(datum)
         for namespace, data in by_namespace.items():

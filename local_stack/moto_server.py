@@ -316,7 +316,8 @@ def fast_sqs() -> None:
 
     def is_message_valid_based_on_retention_period(self: Any, queue_name: str, message: Any) -> bool:
         retention_s = int(self.get_queue(queue_name).message_retention_period)
-        return time.time() < retention_s + message.sent_timestamp / 1000
+        sent_ms: int = message.sent_timestamp
+        return time.time() < retention_s + sent_ms / 1000
 
     unix_time_millis.fast = True  # type: ignore[attr-defined]
     models.unix_time_millis = unix_time_millis

@@ -10,13 +10,15 @@ Every step is idempotent: provisioning twice leaves the same resources.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
 from local_stack.moto_server import DUMMY_CREDENTIALS, LOCAL_REGION
 from rollout_contract.aws import ClientFactory, error_code
+from rollout_contract.naming import PROJECT
 from rollout_contract.protocol import DEFAULT_INVOKE_TPS
 from rollout_contract.resources import (
     BUDGET_TABLE,
@@ -24,7 +26,6 @@ from rollout_contract.resources import (
     DLQ_RETENTION_S,
     FUNCTION_ROLES,
     LOCAL_RESULTS_BUCKET,
-    PROJECT,
     ExperimentDescriptor,
     ExperimentKind,
     ExperimentResources,
@@ -32,6 +33,14 @@ from rollout_contract.resources import (
     TableSpec,
     result_event_pattern,
 )
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
+    from types_boto3_events import EventBridgeClient
+    from types_boto3_s3 import S3Client
+    from types_boto3_sqs import SQSClient
+    from types_boto3_sqs.literals import QueueAttributeNameType
+    from types_boto3_ssm import SSMClient
 
 __all__ = ["AwsClients", "ProvisionedExperiment", "local_function_name", "provision_experiment", "provision_shared"]
 
@@ -43,11 +52,11 @@ FINISHER_TARGET_ID = "finisher-queue"
 class AwsClients:
     """The boto3 clients provisioning uses."""
 
-    s3: Any
-    sqs: Any
-    dynamodb: Any
-    events: Any
-    ssm: Any
+    s3: S3Client
+    sqs: SQSClient
+    dynamodb: DynamoDBClient
+    events: EventBridgeClient
+    ssm: SSMClient
 
     @classmethod
     def local(cls, moto_url: str) -> AwsClients:
@@ -56,7 +65,14 @@ class AwsClients:
         factory = ClientFactory(
             region=LOCAL_REGION, endpoints=dict.fromkeys(names, moto_url), credentials=DUMMY_CREDENTIALS
         )
-        return cls(**factory.clients(*names))
+        session = factory.session()
+        return cls(
+            s3=factory.client("s3", session=session),
+            sqs=factory.client("sqs", session=session),
+            dynamodb=factory.client("dynamodb", session=session),
+            events=factory.client("events", session=session),
+            ssm=factory.client("ssm", session=session),
+        )
 
 
 @dataclass(frozen=True)
@@ -145,11 +161,11 @@ def provision_experiment(
     return ProvisionedExperiment(descriptor=descriptor, finisher_queue_url=finisher_url)
 
 
-def _queue_arn(sqs: Any, url: str) -> str:
+def _queue_arn(sqs: SQSClient, url: str) -> str:
     return sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
 
 
-def _create_or_update_queue(sqs: Any, name: str, attributes: dict[str, str]) -> str:
+def _create_or_update_queue(sqs: SQSClient, name: str, attributes: Mapping[QueueAttributeNameType, str]) -> str:
     try:
         return sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
     except ClientError as exc:
@@ -160,7 +176,7 @@ def _create_or_update_queue(sqs: Any, name: str, attributes: dict[str, str]) -> 
     return url
 
 
-def _ensure_queue(sqs: Any, spec: QueueSpec) -> str:
+def _ensure_queue(sqs: SQSClient, spec: QueueSpec) -> str:
     """Create ``spec``'s dead-letter queue and the queue redriving into it; return the queue URL."""
     dlq_url = _create_or_update_queue(sqs, spec.dlq_name, {"MessageRetentionPeriod": str(DLQ_RETENTION_S)})
     redrive = {"deadLetterTargetArn": _queue_arn(sqs, dlq_url), "maxReceiveCount": spec.max_receive_count}
@@ -175,7 +191,7 @@ def _ensure_queue(sqs: Any, spec: QueueSpec) -> str:
     )
 
 
-def _ensure_table(dynamodb: Any, spec: TableSpec) -> None:
+def _ensure_table(dynamodb: DynamoDBClient, spec: TableSpec) -> None:
     """Create ``spec``'s on-demand table with its indexes (S partition, N sort, projection ALL) and TTL."""
     try:
         dynamodb.describe_table(TableName=spec.name)
@@ -183,7 +199,9 @@ def _ensure_table(dynamodb: Any, spec: TableSpec) -> None:
         if error_code(exc) != "ResourceNotFoundException":
             raise
         dynamodb.create_table(**spec.create_table_request())
-        dynamodb.get_waiter("table_exists").wait(TableName=spec.name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 50})
+        # botocore sleeps for any number of seconds; its stubs type the delay as an int.
+        waiter = {"Delay": 0.1, "MaxAttempts": 50}
+        dynamodb.get_waiter("table_exists").wait(TableName=spec.name, WaiterConfig=waiter)  # type: ignore[arg-type]
     ttl = dynamodb.describe_time_to_live(TableName=spec.name)["TimeToLiveDescription"]
     if ttl.get("TimeToLiveStatus") not in ("ENABLED", "ENABLING"):
         dynamodb.update_time_to_live(

@@ -34,15 +34,18 @@ def read_state(run_dir: Path) -> dict[str, Any] | None:
     """The recorded state of the stack in ``run_dir``, or ``None`` if none is recorded.
 
     Raises:
-        SystemExit: ``state.json`` is not JSON (the message says what to do).
+        SystemExit: ``state.json`` is not a JSON object (the message says what to do).
     """
     path = run_dir / STATE_FILE
     try:
-        return json.loads(path.read_text())
+        state = json.loads(path.read_text())
     except FileNotFoundError:
         return None
     except json.JSONDecodeError as exc:
         raise SystemExit(f"{path} is not valid JSON ({exc}); delete it and stop stray processes by hand") from exc
+    if not isinstance(state, dict):
+        raise SystemExit(f"{path} is not a JSON object; delete it and stop stray processes by hand")
+    return state
 
 
 def alive(process: dict[str, Any]) -> bool:
@@ -104,6 +107,6 @@ def describe_running(run_dir: Path, state: dict[str, Any]) -> str:
     moto = state.get("urls", {}).get("moto") or "-"
     return (
         f"a local stack already runs from {run_dir} (started by {owner}{when}; moto at {moto}, logs in "
-        f"{run_dir}/): use it (`eval \"$(rollouts local status --run-dir {run_dir} --env)\"`), stop it with "
+        f'{run_dir}/): use it (`eval "$(rollouts local status --run-dir {run_dir} --env)"`), stop it with '
         f"`rollouts local down --run-dir {run_dir}`, or pass another --run-dir"
     )

@@ -490,7 +490,8 @@ def _announced_url(log_path: Path) -> str | None:
     for line in lines:
         if line.startswith("{") and '"url"' in line:
             try:
-                return json.loads(line)["url"]
+                url: str = json.loads(line)["url"]
+                return url
             except (json.JSONDecodeError, KeyError, TypeError):
                 continue
     return None

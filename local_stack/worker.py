@@ -46,7 +46,8 @@ from typing import Any
 from local_stack.emf import EmbeddedMetrics, EmfStdout
 from local_stack.moto_server import LOCAL_ACCOUNT_ID, credentials
 from rollout_contract.aws import ClientFactory
-from rollout_contract.resources import PROJECT, ExperimentDescriptor, ExperimentResources, HandlerSettings
+from rollout_contract.naming import PROJECT
+from rollout_contract.resources import ExperimentDescriptor, ExperimentResources, HandlerSettings
 
 __all__ = [
     "DEFAULT_HANDLERS",
@@ -424,7 +425,7 @@ def _import_handler(dotted: str) -> Handler:
     module_name, _, attribute = dotted.rpartition(".")
     if not module_name:
         raise SystemExit(f"handler {dotted!r} must be a dotted path like 'lambdas.dispatcher.handler'")
-    handler = getattr(importlib.import_module(module_name), attribute, None)
+    handler: Handler | None = getattr(importlib.import_module(module_name), attribute, None)
     if not callable(handler):
         raise SystemExit(f"{module_name} has no callable {attribute!r}; pass the handler's dotted path")
     return handler

@@ -13,16 +13,65 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast, overload
 
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
     import boto3.session
+    from boto3.session import Session
     from botocore.config import Config
     from botocore.loaders import Loader
+    from types_boto3_bedrock_agentcore import BedrockAgentCoreClient
+    from types_boto3_bedrock_agentcore_control import BedrockAgentCoreControlClient
+    from types_boto3_cloudformation import CloudFormationClient
+    from types_boto3_cloudwatch import CloudWatchClient
+    from types_boto3_dynamodb import DynamoDBClient
+    from types_boto3_ecr import ECRClient
+    from types_boto3_events import EventBridgeClient
+    from types_boto3_s3 import S3Client
+    from types_boto3_service_quotas import ServiceQuotasClient
+    from types_boto3_sqs import SQSClient
+    from types_boto3_ssm import SSMClient
+    from types_boto3_sts import STSClient
 
-__all__ = ["ClientFactory", "error_code", "error_message", "http_status", "new_session"]
+#: The services the project calls (their clients are typed by the types-boto3 stubs of the dev extra, D83).
+Service = Literal[
+    "bedrock-agentcore",
+    "bedrock-agentcore-control",
+    "cloudformation",
+    "cloudwatch",
+    "dynamodb",
+    "ecr",
+    "events",
+    "s3",
+    "service-quotas",
+    "sqs",
+    "ssm",
+    "sts",
+]
+
+#: Clients by service name, as :meth:`ClientFactory.clients` returns them (each key typed as its client).
+Clients = TypedDict(
+    "Clients",
+    {
+        "bedrock-agentcore": "BedrockAgentCoreClient",
+        "bedrock-agentcore-control": "BedrockAgentCoreControlClient",
+        "cloudformation": "CloudFormationClient",
+        "cloudwatch": "CloudWatchClient",
+        "dynamodb": "DynamoDBClient",
+        "ecr": "ECRClient",
+        "events": "EventBridgeClient",
+        "s3": "S3Client",
+        "service-quotas": "ServiceQuotasClient",
+        "sqs": "SQSClient",
+        "ssm": "SSMClient",
+        "sts": "STSClient",
+    },
+    total=False,
+)
+
+__all__ = ["ClientFactory", "Clients", "Service", "error_code", "error_message", "http_status", "new_session"]
 
 #: botocore's own default for its standard retry mode: a call and two retries (``total_max_attempts``, which
 #: counts the first call; botocore's ``max_attempts`` counts retries only).
@@ -106,9 +155,59 @@ class ClientFactory(BaseModel):
         """A new session in this factory's region, with its credentials."""
         return new_session(self.region, self.credentials)
 
+    @overload
     def client(
-        self, service: str, *, single_attempt: bool = False, session: boto3.session.Session | None = None
-    ) -> Any:
+        self, service: Literal["bedrock-agentcore"], *, single_attempt: bool = ..., session: Session | None = ...
+    ) -> BedrockAgentCoreClient: ...
+    @overload
+    def client(
+        self,
+        service: Literal["bedrock-agentcore-control"],
+        *,
+        single_attempt: bool = ...,
+        session: Session | None = ...,
+    ) -> BedrockAgentCoreControlClient: ...
+    @overload
+    def client(
+        self, service: Literal["cloudformation"], *, single_attempt: bool = ..., session: Session | None = ...
+    ) -> CloudFormationClient: ...
+    @overload
+    def client(
+        self, service: Literal["cloudwatch"], *, single_attempt: bool = ..., session: Session | None = ...
+    ) -> CloudWatchClient: ...
+    @overload
+    def client(
+        self, service: Literal["dynamodb"], *, single_attempt: bool = ..., session: Session | None = ...
+    ) -> DynamoDBClient: ...
+    @overload
+    def client(
+        self, service: Literal["ecr"], *, single_attempt: bool = ..., session: Session | None = ...
+    ) -> ECRClient: ...
+    @overload
+    def client(
+        self, service: Literal["events"], *, single_attempt: bool = ..., session: Session | None = ...
+    ) -> EventBridgeClient: ...
+    @overload
+    def client(
+        self, service: Literal["s3"], *, single_attempt: bool = ..., session: Session | None = ...
+    ) -> S3Client: ...
+    @overload
+    def client(
+        self, service: Literal["service-quotas"], *, single_attempt: bool = ..., session: Session | None = ...
+    ) -> ServiceQuotasClient: ...
+    @overload
+    def client(
+        self, service: Literal["sqs"], *, single_attempt: bool = ..., session: Session | None = ...
+    ) -> SQSClient: ...
+    @overload
+    def client(
+        self, service: Literal["ssm"], *, single_attempt: bool = ..., session: Session | None = ...
+    ) -> SSMClient: ...
+    @overload
+    def client(
+        self, service: Literal["sts"], *, single_attempt: bool = ..., session: Session | None = ...
+    ) -> STSClient: ...
+    def client(self, service: Service, *, single_attempt: bool = False, session: Session | None = None) -> Any:
         """A boto3 client of ``service`` (a new session unless ``session`` is given).
 
         ``single_attempt``: botocore never retries; for ``bedrock-agentcore`` invokes, where each attempt must take
@@ -120,10 +219,11 @@ class ClientFactory(BaseModel):
             config=self.config(single_attempt=single_attempt),
         )
 
-    def clients(self, *services: str) -> dict[str, Any]:
+    def clients(self, *services: Service) -> Clients:
         """One client of each of ``services``, from one session."""
         session = self.session()
-        return {service: self.client(service, session=session) for service in services}
+        # A TypedDict cannot be built key by key from a loop; each value is the client its key's overload names.
+        return cast("Clients", {service: self.client(service, session=session) for service in services})
 
 
 def error_code(exc: Exception) -> str:

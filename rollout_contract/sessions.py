@@ -9,8 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from rollout_contract.resources import SESSIONS_PARTITION_KEY
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb.type_defs import AttributeValueTypeDef
 
 
 class SessionState(StrEnum):
@@ -76,7 +80,7 @@ class SessionRecord:
     lease_until: float | None = None
 
     @classmethod
-    def from_item(cls, item: Mapping[str, Mapping[str, str]]) -> SessionRecord:
+    def from_item(cls, item: Mapping[str, AttributeValueTypeDef]) -> SessionRecord:
         """Read a DynamoDB item in its wire shape."""
 
         def text(name: str) -> str | None:

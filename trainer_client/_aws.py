@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from botocore.exceptions import BotoCoreError, EndpointConnectionError, NoCredentialsError
 from botocore.exceptions import ClientError as BotoClientError
@@ -13,15 +13,30 @@ from rollout_contract import ExperimentDescriptor, ExperimentResources
 from rollout_contract.aws import ClientFactory, error_code, new_session
 from trainer_client._exceptions import AwsError, ExperimentNotFoundError
 
+if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
+    from types_boto3_s3 import S3Client
+    from types_boto3_sqs import SQSClient
+
 __all__ = ["AwsClients", "aws_call", "load_descriptor", "not_found_message"]
 
 
 class AwsClients(NamedTuple):
     """The boto3 clients the trainer uses (any object with the same methods will do in tests)."""
 
-    sqs: Any
-    s3: Any
-    dynamodb: Any = None
+    sqs: SQSClient
+    s3: S3Client
+    dynamodb: DynamoDBClient | None = None
+
+    def require_dynamodb(self) -> DynamoDBClient:
+        """The DynamoDB client (the sessions table's reads need it).
+
+        Raises:
+            ValueError: these clients were built without one (``AwsClients.create`` builds it).
+        """
+        if self.dynamodb is None:
+            raise ValueError("these AwsClients have no DynamoDB client; build them with AwsClients.create()")
+        return self.dynamodb
 
     @classmethod
     def create(
@@ -45,7 +60,12 @@ class AwsClients(NamedTuple):
     @classmethod
     def build(cls, factory: ClientFactory) -> AwsClients:
         """Build the clients ``factory`` describes."""
-        return cls(**factory.clients("sqs", "s3", "dynamodb"))
+        session = factory.session()
+        return cls(
+            sqs=factory.client("sqs", session=session),
+            s3=factory.client("s3", session=session),
+            dynamodb=factory.client("dynamodb", session=session),
+        )
 
 
 @contextmanager

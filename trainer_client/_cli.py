@@ -288,7 +288,7 @@ def _version() -> str:
 COMMANDS_GROUP = "agentcore_rollouts.commands"
 
 
-def _mount_commands(commands: argparse._SubParsersAction) -> None:
+def _mount_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for entry in importlib.metadata.entry_points(group=COMMANDS_GROUP):
         entry.load()(commands)
 

@@ -743,9 +743,9 @@ class RolloutClient:
             AwsError: the sessions table could not be read.
         """
         with aws_call(f"reading the sessions of {self.exp_id!r}"):
-            records = in_flight_sessions(self._clients.dynamodb, self.resources, self.exp_id)
+            records = in_flight_sessions(self._clients.require_dynamodb(), self.resources, self.exp_id)
             if queued:
-                records += queued_sessions(self._clients.dynamodb, self.resources, self.exp_id)
+                records += queued_sessions(self._clients.require_dynamodb(), self.resources, self.exp_id)
         return records
 
     def session(self, session_id: str) -> SessionRecord | None:
@@ -755,7 +755,7 @@ class RolloutClient:
             AwsError: the sessions table could not be read.
         """
         with aws_call(f"reading rollout {session_id} of {self.exp_id!r}"):
-            return session_record(self._clients.dynamodb, self.resources, validate_session_id(session_id))
+            return session_record(self._clients.require_dynamodb(), self.resources, validate_session_id(session_id))
 
     def cancel(self, rollouts: Iterable[str | ResultKey]) -> int:
         """Ask the dispatcher to cancel rollouts of this experiment, any trainer's (what ``future.cancel()`` sends).

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -36,6 +36,9 @@ from rollout_contract.sessions import ATTR_DEADLINE_AT, ATTR_INPUT_ID, ATTR_STAT
 from trainer_client._exceptions import RolloutError, RolloutTimeoutError
 from trainer_client._future import RolloutFuture
 from trainer_client._results import ClientResult
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
 
 __all__ = ["DeadlineWatch"]
 
@@ -75,7 +78,7 @@ class DeadlineWatch:
 
     def __init__(
         self,
-        dynamodb: Any,
+        dynamodb: DynamoDBClient,
         table: str,
         *,
         exp_id: str,

@@ -105,7 +105,7 @@ class RolloutFuture(Future[ClientResult]):
         self._finished: float | None = None
         self.add_done_callback(self._stop_clock)
 
-    def _stop_clock(self, _: Future) -> None:
+    def _stop_clock(self, _: Future[ClientResult]) -> None:
         self._finished = time.monotonic()
 
     def elapsed(self) -> float:

@@ -19,12 +19,16 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from rollout_contract.resources import SESSIONS_PARTITION_KEY, TTL_ATTRIBUTE
 from rollout_contract.sessions import ATTR_ALIVE_UNTIL, ATTR_TRAINER, trainer_item_key
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
+    from types_boto3_dynamodb.type_defs import AttributeValueTypeDef, TransactWriteItemTypeDef
 
 __all__ = ["Claim", "Ownership"]
 
@@ -62,7 +66,7 @@ class Ownership:
 
     def __init__(
         self,
-        dynamodb: Any,
+        dynamodb: DynamoDBClient,
         table: str,
         *,
         trainer_id: str,
@@ -142,7 +146,7 @@ class Ownership:
                 for session_id in chunk:
                     self._owners.pop(session_id, None)
 
-    def _transact(self, items: list[dict[str, Any]]) -> None:
+    def _transact(self, items: list[TransactWriteItemTypeDef]) -> None:
         for attempt in range(1, _CLAIM_ATTEMPTS + 1):
             try:
                 self._dynamodb.transact_write_items(TransactItems=items)
@@ -205,5 +209,5 @@ class Ownership:
         return item
 
 
-def _n(value: float) -> dict[str, str]:
+def _n(value: float) -> AttributeValueTypeDef:
     return {"N": repr(value) if isinstance(value, float) else str(value)}

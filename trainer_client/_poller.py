@@ -25,9 +25,9 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import InvalidStateError, ThreadPoolExecutor
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from botocore.exceptions import BotoCoreError
 from botocore.exceptions import ClientError as BotoClientError
@@ -44,6 +44,10 @@ from trainer_client._exceptions import ClientClosedError, DuplicateSessionError,
 from trainer_client._future import RolloutFuture
 from trainer_client._owners import Claim, Ownership
 from trainer_client._results import ClientResult
+
+if TYPE_CHECKING:
+    from types_boto3_sqs import SQSClient
+    from types_boto3_sqs.type_defs import MessageTypeDef
 
 __all__ = ["CompletionPoller"]
 
@@ -81,7 +85,7 @@ class CompletionPoller:
 
     def __init__(
         self,
-        sqs: Any,
+        sqs: SQSClient,
         queue_url: str,
         load: Loader,
         settings: PollSettings,
@@ -340,7 +344,7 @@ class CompletionPoller:
             if not self._closed:
                 self._cond.wait(seconds)
 
-    def _receive(self) -> list[dict[str, Any]]:
+    def _receive(self) -> list[MessageTypeDef]:
         response = self._sqs.receive_message(
             QueueUrl=self._queue_url,
             MaxNumberOfMessages=self._settings.max_messages,
@@ -349,17 +353,17 @@ class CompletionPoller:
         )
         return response.get("Messages", [])
 
-    def _handle(self, messages: list[dict[str, Any]], *, listened: bool) -> Handled:
+    def _handle(self, messages: list[MessageTypeDef], *, listened: bool) -> Handled:
         """Process received messages: resolve the owned ones, delete what is done, hand back the rest.
 
         ``listened``: the calling receiver was listening; it hands the listening over in the same step in which
         it claims the batch's futures. Once the client is closed every message goes back (its futures failed
         with the close, so none is a duplicate this process may delete).
         """
-        to_delete: list[dict[str, Any]] = []
-        to_return: list[dict[str, Any]] = []
-        foreign: list[tuple[dict[str, Any], str]] = []
-        owned: list[tuple[dict[str, Any], RolloutFuture, ObjectCreated]] = []
+        to_delete: list[MessageTypeDef] = []
+        to_return: list[MessageTypeDef] = []
+        foreign: list[tuple[MessageTypeDef, str]] = []
+        owned: list[tuple[MessageTypeDef, RolloutFuture, ObjectCreated]] = []
         with self._cond:
             self._listening -= listened
             self._cond.notify_all()
@@ -410,7 +414,7 @@ class CompletionPoller:
                 raise
             return [Claim.LIVE] * len(session_ids)  # closed meanwhile: hand them back
 
-    def _settle_all(self, owned: list[tuple[dict[str, Any], RolloutFuture, ObjectCreated]]) -> list[bool]:
+    def _settle_all(self, owned: list[tuple[MessageTypeDef, RolloutFuture, ObjectCreated]]) -> list[bool]:
         """Settle ``owned`` in the fetch pool (``False`` for each when a close outwaited this batch)."""
         try:
             return list(self._fetchers.map(self._settle, owned))
@@ -419,7 +423,7 @@ class CompletionPoller:
                 raise
             return [False] * len(owned)  # close stopped waiting for this batch and shut the fetch pool down
 
-    def _settle(self, item: tuple[dict[str, Any], RolloutFuture, ObjectCreated]) -> bool:
+    def _settle(self, item: tuple[MessageTypeDef, RolloutFuture, ObjectCreated]) -> bool:
         """Load and resolve one owned event's result; ``False`` when it could not be read (the event is retried)."""
         message, future, event = item
         sent_ms = message.get("Attributes", {}).get("SentTimestamp")
@@ -436,19 +440,19 @@ class CompletionPoller:
         self.resolve(future, result)
         return True
 
-    def _delete(self, messages: Iterable[dict[str, Any]]) -> None:
+    def _delete(self, messages: Iterable[MessageTypeDef]) -> None:
         entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)]
         if entries:
             self._batch_call(self._sqs.delete_message_batch, entries)
 
-    def _hand_back(self, messages: Iterable[dict[str, Any]]) -> None:
+    def _hand_back(self, messages: Iterable[MessageTypeDef]) -> None:
         entries = [
             {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0} for i, m in enumerate(messages)
         ]
         if entries:
             self._batch_call(self._sqs.change_message_visibility_batch, entries)
 
-    def _batch_call(self, call: Callable[..., dict[str, Any]], entries: list[dict[str, Any]]) -> None:
+    def _batch_call(self, call: Callable[..., Mapping[str, Any]], entries: list[dict[str, Any]]) -> None:
         for start in range(0, len(entries), 10):
             response = call(QueueUrl=self._queue_url, Entries=entries[start : start + 10])
             for failure in response.get("Failed", []):

@@ -10,11 +10,17 @@ call; the dispatcher writes ``cancelled`` unless the rollout ended first, and th
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollout_contract import CancelRequest, ExperimentResources, ResultKey
 from rollout_contract.ids import RUN_SEPARATOR
 from rollout_contract.sessions import ATTR_EXP_ID, ATTR_STATE, INFLIGHT_MARK, SessionRecord, SessionState
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
+    from types_boto3_dynamodb.type_defs import QueryOutputTypeDef, ScanOutputTypeDef
+    from types_boto3_sqs import SQSClient
+    from types_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
 
 __all__ = ["in_flight_query", "in_flight_sessions", "queued_sessions", "send_cancels", "session_record"]
 
@@ -41,12 +47,16 @@ def in_flight_query(resources: ExperimentResources, exp_id: str | None = None) -
     return query
 
 
-def in_flight_sessions(dynamodb: Any, resources: ExperimentResources, exp_id: str | None = None) -> list[SessionRecord]:
+def in_flight_sessions(
+    dynamodb: DynamoDBClient, resources: ExperimentResources, exp_id: str | None = None
+) -> list[SessionRecord]:
     """Every rollout of ``exp_id`` (see :func:`in_flight_query`) holding a session slot, soonest deadline first."""
     return list(_records(dynamodb.get_paginator("query").paginate(**in_flight_query(resources, exp_id))))
 
 
-def queued_sessions(dynamodb: Any, resources: ExperimentResources, exp_id: str | None = None) -> list[SessionRecord]:
+def queued_sessions(
+    dynamodb: DynamoDBClient, resources: ExperimentResources, exp_id: str | None = None
+) -> list[SessionRecord]:
     """Every rollout of ``exp_id`` waiting for capacity (a Scan of the sessions table), oldest first."""
     scan: dict[str, Any] = {
         "TableName": resources.sessions_table.name,
@@ -62,7 +72,7 @@ def queued_sessions(dynamodb: Any, resources: ExperimentResources, exp_id: str |
     return sorted(_records(pages), key=lambda record: record.submitted_at or 0.0)
 
 
-def session_record(dynamodb: Any, resources: ExperimentResources, session_id: str) -> SessionRecord | None:
+def session_record(dynamodb: DynamoDBClient, resources: ExperimentResources, session_id: str) -> SessionRecord | None:
     """One rollout's item (strongly consistent), or ``None`` when the table has none for ``session_id``."""
     item = dynamodb.get_item(
         TableName=resources.sessions_table.name,
@@ -74,11 +84,11 @@ def session_record(dynamodb: Any, resources: ExperimentResources, session_id: st
     return SessionRecord.from_item(item)
 
 
-def send_cancels(sqs: Any, dispatch_queue_url: str, keys: Iterable[ResultKey]) -> list[str]:
+def send_cancels(sqs: SQSClient, dispatch_queue_url: str, keys: Iterable[ResultKey]) -> list[str]:
     """Send a ``CancelRequest`` per rollout, ten per call; return the session ids the queue refused."""
     refused: list[str] = []
     for chunk in _chunks(list(keys)):
-        entries = [
+        entries: list[SendMessageBatchRequestEntryTypeDef] = [
             {
                 "Id": str(i),
                 "MessageBody": CancelRequest(
@@ -92,7 +102,7 @@ def send_cancels(sqs: Any, dispatch_queue_url: str, keys: Iterable[ResultKey]) -
     return refused
 
 
-def _records(pages: Iterable[dict[str, Any]]) -> Iterator[SessionRecord]:
+def _records(pages: Iterable[QueryOutputTypeDef | ScanOutputTypeDef]) -> Iterator[SessionRecord]:
     for page in pages:
         for item in page["Items"]:
             if ATTR_STATE in item:  # a rollout's item, not a trainer's lease or a cancel's mark alone

@@ -9,12 +9,17 @@ from __future__ import annotations
 import heapq
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rollout_contract import ExperimentResources, Status, experiment_prefix, is_result_key
 from trainer_client._aws import AwsClients
 from trainer_client._results import ClientResult
 from trainer_client._sessions import in_flight_query
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
+    from types_boto3_s3 import S3Client
+    from types_boto3_s3.type_defs import ObjectTypeDef
 
 __all__ = ["ExperimentStatus", "QueueDepth", "count_in_flight", "iter_result_keys", "iter_results", "read_status"]
 
@@ -74,12 +79,12 @@ def read_status(
     return ExperimentStatus(
         exp_id,
         queues,
-        count_in_flight(clients.dynamodb, resources, exp_id=exp_id),
+        count_in_flight(clients.require_dynamodb(), resources, exp_id=exp_id),
         [_read(clients.s3, bucket, obj["Key"]) for obj in newest],
     )
 
 
-def count_in_flight(dynamodb: Any, resources: ExperimentResources, *, exp_id: str | None = None) -> int:
+def count_in_flight(dynamodb: DynamoDBClient, resources: ExperimentResources, *, exp_id: str | None = None) -> int:
     """How many rollouts of ``exp_id`` hold a session slot (a paginated COUNT of the in-flight index).
 
     ``exp_id`` ``None`` (or the experiment's name) counts every run; a run's counts it and the runs under it.
@@ -94,20 +99,20 @@ def count_in_flight(dynamodb: Any, resources: ExperimentResources, *, exp_id: st
         query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
-def _result_objects(s3: Any, bucket: str, exp_id: str) -> Iterator[dict[str, Any]]:
+def _result_objects(s3: S3Client, bucket: str, exp_id: str) -> Iterator[ObjectTypeDef]:
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=experiment_prefix(exp_id)):
         for obj in page.get("Contents", []):
             if is_result_key(obj["Key"]):
                 yield obj
 
 
-def iter_result_keys(s3: Any, bucket: str, exp_id: str) -> Iterator[str]:
+def iter_result_keys(s3: S3Client, bucket: str, exp_id: str) -> Iterator[str]:
     """Yield the key of every result object under ``exp_id`` (an experiment's, or a run's)."""
     return (obj["Key"] for obj in _result_objects(s3, bucket, exp_id))
 
 
 def iter_results(
-    s3: Any, bucket: str, exp_id: str, statuses: Collection[Status] | None = None
+    s3: S3Client, bucket: str, exp_id: str, statuses: Collection[Status] | None = None
 ) -> Iterator[ClientResult]:
     """Yield every stored result under ``exp_id`` (one GetObject each), optionally filtered by status."""
     for key in iter_result_keys(s3, bucket, exp_id):
@@ -116,5 +121,5 @@ def iter_results(
             yield result
 
 
-def _read(s3: Any, bucket: str, key: str) -> ClientResult:
+def _read(s3: S3Client, bucket: str, key: str) -> ClientResult:
     return ClientResult.from_json_bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())

@@ -23,13 +23,13 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from botocore.exceptions import BotoCoreError
 from botocore.exceptions import ClientError as BotoClientError
 
 from rollout_contract import ExperimentDescriptor, ExperimentResources, Status, validate_experiment
-from rollout_contract.aws import ClientFactory, error_code, error_message
+from rollout_contract.aws import ClientFactory, Clients, Service, error_code, error_message
 from rollout_contract.protocol import RUNTIME_READY, runtime_id
 from rollout_contract.resources import FUNCTION_ROLES, SESSIONS_PARTITION_KEY, QueueSpec, result_event_pattern
 from rollout_contract.sessions import ATTR_ATTEMPTS, ATTR_STATE, SessionState
@@ -38,6 +38,10 @@ from trainer_client._client import RolloutClient
 from trainer_client._config import PollSettings, RolloutOptions
 from trainer_client._exceptions import AwsError, ExperimentNotFoundError, SubmitError
 from trainer_client._stored import is_stored
+
+if TYPE_CHECKING:
+    from types_boto3_events.type_defs import DescribeRuleResponseTypeDef
+    from types_boto3_sqs.literals import QueueAttributeFilterType, QueueAttributeNameType
 
 __all__ = [
     "CHECKS",
@@ -90,13 +94,13 @@ class Experiment:
     """What the checks read: the experiment's descriptor, resource names and boto3 clients."""
 
     descriptor: ExperimentDescriptor
-    clients: Mapping[str, Any] = field(default_factory=dict)
+    clients: Clients = field(default_factory=Clients)
 
     @classmethod
     def connect(cls, descriptor: ExperimentDescriptor) -> Experiment:
         """Build clients for the descriptor's region and endpoints (the local stack's, or AWS's)."""
         factory = ClientFactory(region=descriptor.region, endpoints=descriptor.endpoints, read_timeout_s=30)
-        services = ("sqs", "s3", "events", "bedrock-agentcore-control", "cloudwatch", "dynamodb")
+        services: tuple[Service, ...] = ("sqs", "s3", "events", "bedrock-agentcore-control", "cloudwatch", "dynamodb")
         return cls(descriptor, factory.clients(*services))
 
     @property
@@ -120,14 +124,14 @@ class Experiment:
         """URL of queue ``name`` (raises ``ClientError`` if it does not exist)."""
         return self.clients["sqs"].get_queue_url(QueueName=name)["QueueUrl"]
 
-    def queue_attributes(self, name: str, *attributes: str) -> dict[str, str]:
+    def queue_attributes(self, name: str, *attributes: QueueAttributeFilterType) -> dict[QueueAttributeNameType, str]:
         """Attributes of queue ``name``."""
         return self.clients["sqs"].get_queue_attributes(QueueUrl=self.queue_url(name), AttributeNames=list(attributes))[
             "Attributes"
         ]
 
     @cached_property
-    def rule(self) -> dict[str, Any]:
+    def rule(self) -> DescribeRuleResponseTypeDef:
         """The result rule as ``DescribeRule`` returns it."""
         return self.clients["events"].describe_rule(Name=self.resources.result_rule_name)
 
@@ -530,8 +534,11 @@ def _hop(name: str, ok: bool, detail: str, fix: str = "", *, latency: float | No
 def _read_session(exp: Experiment, session_id: str, watch: _Watch) -> None:
     key = {SESSIONS_PARTITION_KEY: {"S": session_id}}
     try:
-        item = exp.clients["dynamodb"].get_item(TableName=exp.descriptor.sessions_table, Key=key, ConsistentRead=True)
-        item = item.get("Item")
+        item = (
+            exp.clients["dynamodb"]
+            .get_item(TableName=exp.descriptor.sessions_table, Key=key, ConsistentRead=True)
+            .get("Item")
+        )
     except (BotoClientError, BotoCoreError):
         return
     if item and ATTR_STATE in item:

@@ -67,13 +67,18 @@ class AgentCoreRuntimeApp(BedrockAgentCoreApp):
         self._live: dict[str, asyncio.Task[InvocationState]] = {}
         self._requests: set[asyncio.Task[InvocationState]] = set()
 
+    async def _parent_answer(self, request: Request) -> Response:
+        # bedrock-agentcore leaves its _handle_invocation unannotated.
+        response: Response = await super()._handle_invocation(request)  # type: ignore[no-untyped-call]
+        return response
+
     async def _handle_invocation(self, request: Request) -> Response:
         try:
             payload = await request.json()
         except ValueError:
-            return await super()._handle_invocation(request)  # the parent's answer to a body that is not JSON
+            return await self._parent_answer(request)  # the parent's answer to a body that is not JSON
         if not isinstance(payload, dict) or (ENVELOPE_KEY not in payload and not self._background):
-            return await super()._handle_invocation(request)
+            return await self._parent_answer(request)
         if ENVELOPE_KEY in payload:
             try:
                 invocation = InvocationRequest.parse(payload.pop(ENVELOPE_KEY), self.invocation_ids)

@@ -19,7 +19,9 @@ app = AgentCoreRLApp()
 reward_fn = LookupReward()
 
 
-async def run_episode(client: AsyncOpenAI, model_id: str, payload: dict[str, Any], sampling: dict[str, Any]) -> dict:
+async def run_episode(
+    client: AsyncOpenAI, model_id: str, payload: dict[str, Any], sampling: dict[str, Any]
+) -> dict[str, Any]:
     """Talk to the model until it answers (or :data:`MAX_MODEL_CALLS` run out); return what happened."""
     messages: list[Any] = [{"role": "user", "content": payload["prompt"]}]
     tools: list[Any] = [LOOKUP_TOOL]
@@ -47,7 +49,7 @@ async def run_episode(client: AsyncOpenAI, model_id: str, payload: dict[str, Any
 
 
 @app.rollout_entrypoint
-async def invoke(payload):
+async def invoke(payload: dict[str, Any]) -> dict[str, Any]:
     """Run one lookup episode and score it."""
     rollout = payload["_rollout"]
     sampling = openai_sampling_kwargs(rollout.get("sampling_params"))

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import httpx
 from tqdm import tqdm
@@ -84,7 +84,7 @@ class Run:
     checks: BatchChecks = field(default_factory=BatchChecks)
 
 
-def train(settings: TrainSettings, out=sys.stdout) -> dict[str, Any]:
+def train(settings: TrainSettings, out: TextIO = sys.stdout) -> dict[str, Any]:
     """Run the GRPO loop end to end; return the summary (also printed as the last line)."""
     torch = require_torch()
     torch.manual_seed(settings.seed)
@@ -106,8 +106,10 @@ def train(settings: TrainSettings, out=sys.stdout) -> dict[str, Any]:
         weights_path = output_dir / "weights.pt"
         _push(torch, model, model_http, weights_path, version=0)
         optimizer = torch.optim.Adam(model.parameters(), lr=settings.lr)
-        out.write(f"stack up in {time.monotonic() - started:.1f} s; {settings.steps} steps of "
-                  f"{settings.prompts} prompts x {settings.samples} samples\n")
+        out.write(
+            f"stack up in {time.monotonic() - started:.1f} s; {settings.steps} steps of "
+            f"{settings.prompts} prompts x {settings.samples} samples\n"
+        )
         sampling = {"temperature": settings.temperature, "top_p": 1.0, "max_tokens": settings.max_tokens}
         with (
             environment(stack.env),
@@ -122,16 +124,20 @@ def train(settings: TrainSettings, out=sys.stdout) -> dict[str, Any]:
                 run.steps.append(record)
                 log.write(json.dumps(record) + "\n")
                 log.flush()
-                bar.set_postfix(reward=f"{record['reward_mean']:.3f}", clip=f"{record['clip_fraction']:.3f}",
-                                step_s=record["step_s"])
+                bar.set_postfix(
+                    reward=f"{record['reward_mean']:.3f}",
+                    clip=f"{record['clip_fraction']:.3f}",
+                    step_s=record["step_s"],
+                )
     plot = _plot(run.steps, output_dir / "grpo_local.png")
     summary = _summary(run, time.monotonic() - started, plot, output_dir / "steps.jsonl")
     out.write(json.dumps(summary) + "\n")
     return summary
 
 
-def _step(torch: Any, settings: TrainSettings, step: int, client: RolloutClient, model: Any, optimizer: Any,
-          run: Run) -> dict[str, Any]:
+def _step(
+    torch: Any, settings: TrainSettings, step: int, client: RolloutClient, model: Any, optimizer: Any, run: Run
+) -> dict[str, Any]:
     """Sample one batch of groups, check it, and update the policy on it."""
     started = time.monotonic()
     payloads = episode_payloads(settings.prompts, seed=settings.seed * 1_000_003 + step)
@@ -170,7 +176,9 @@ def _step(torch: Any, settings: TrainSettings, step: int, client: RolloutClient,
     }
 
 
-def _update(torch: Any, settings: TrainSettings, model: Any, optimizer: Any, rows: list[TrainingRow]) -> dict:
+def _update(
+    torch: Any, settings: TrainSettings, model: Any, optimizer: Any, rows: list[TrainingRow]
+) -> dict[str, float]:
     """``settings.epochs`` steps of the clipped GRPO loss (token mean) on ``rows``."""
     trainable = [row for row in rows if row.advantage != 0.0 and any(row.mask)]
     if not trainable:

@@ -8,6 +8,7 @@ from the payload's ``_rollout`` block.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from bedrock_agentcore.runtime import BedrockAgentCoreApp
 
@@ -17,7 +18,7 @@ app = BedrockAgentCoreApp()
 
 
 @app.entrypoint
-async def invoke(payload):
+async def invoke(payload: dict[str, Any]) -> dict[str, str]:
     """Answer ``payload["prompt"]``."""
     model = build_model(
         base_url=os.environ.get("MODEL_BASE_URL", "http://127.0.0.1:8000/v1"),

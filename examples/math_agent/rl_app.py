@@ -7,6 +7,8 @@ Run it with ``python examples/math_agent/rl_app.py`` (port from ``PORT``, defaul
 
 from __future__ import annotations
 
+from typing import Any
+
 from agent_app import AgentCoreRLApp
 from examples.math_agent.agent import build_model, solve
 from examples.math_agent.reward import GSM8KReward
@@ -16,7 +18,7 @@ reward_fn = GSM8KReward()
 
 
 @app.rollout_entrypoint
-async def invoke(payload):
+async def invoke(payload: dict[str, Any]) -> dict[str, Any]:
     """Answer ``payload["prompt"]`` and score it against ``payload["answer"]``."""
     rollout = payload["_rollout"]
     missing = [name for name in ("base_url", "model_id") if not rollout.get(name)]

@@ -27,6 +27,7 @@ import signal
 import sys
 import tempfile
 import traceback
+from typing import Any
 
 _READ_SIZE = 65536
 
@@ -73,7 +74,7 @@ def _preload(modules: list[str]) -> str | None:
     return None
 
 
-def _serve(reader: _LineReader, channel_out: int) -> dict:
+def _serve(reader: _LineReader, channel_out: int) -> dict[str, Any]:
     """Fork a child per spawn request and report exits; return the request in the child, never in the template."""
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
@@ -96,12 +97,12 @@ def _serve(reader: _LineReader, channel_out: int) -> dict:
             _reap(children, channel_out, block=True)
             sys.exit(0)
         for line in lines:
-            request = json.loads(line)
+            request: dict[str, Any] = json.loads(line)
             if _fork(request, children, channel_out, private):
                 return request
 
 
-def _fork(request: dict, children: set[int], channel_out: int, private: tuple[int, ...]) -> bool:
+def _fork(request: dict[str, Any], children: set[int], channel_out: int, private: tuple[int, ...]) -> bool:
     """Start one child; True in the child (set up to run the command), False in the template."""
     if not os.path.isdir(request["cwd"]):
         _send(channel_out, {"event": "spawn_failed", "id": request["id"], "error": f"no directory {request['cwd']}"})
@@ -135,7 +136,7 @@ def _fork(request: dict, children: set[int], channel_out: int, private: tuple[in
     return False
 
 
-def _run(command: list[str], request: dict) -> None:
+def _run(command: list[str], request: dict[str, Any]) -> None:
     """Become the agent: its directory and environment, then its command as ``__main__``."""
     os.chdir(request["cwd"])
     os.environ.clear()
@@ -201,7 +202,7 @@ def _drain(fd: int) -> None:
         return
 
 
-def _send(fd: int, message: dict) -> None:
+def _send(fd: int, message: dict[str, Any]) -> None:
     data = (json.dumps(message) + "\n").encode()
     try:
         while data:

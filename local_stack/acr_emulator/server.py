@@ -167,5 +167,6 @@ def _read_ready_url(process: subprocess.Popen[bytes], timeout_s: float) -> str:
             line = process.stdout.readline()
             if not line:
                 raise EmulatorStartError(f"the emulator exited with code {process.wait()} before it was ready")
-            return json.loads(line)["url"]
+            url: str = json.loads(line)["url"]
+            return url
     raise EmulatorStartError(f"the emulator was not ready within {timeout_s:g}s")

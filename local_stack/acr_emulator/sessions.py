@@ -10,6 +10,7 @@ import asyncio
 import logging
 import time
 from collections import Counter, deque
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -393,7 +394,7 @@ class SessionManager:
         await process.terminate(grace_s)
         self._processes.discard(process)
 
-    def _spawn_task(self, coro: Any) -> asyncio.Task[None]:
+    def _spawn_task(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -200,7 +200,7 @@ def _completion_body(request: ChatRequest, completion: Completion, ids: tuple[st
     return body
 
 
-def _stream_chunks(request: ChatRequest, completion: Completion, ids: tuple[str, int]) -> list[dict]:
+def _stream_chunks(request: ChatRequest, completion: Completion, ids: tuple[str, int]) -> list[dict[str, Any]]:
     """The chunks vLLM would stream: the role first, then one chunk per token (tool calls per part)."""
     prompt_ids, turn = completion.prompt_ids, completion.turn
 

@@ -61,7 +61,7 @@ class ChatTokenizer:
     """Character ids, special tokens and the chat template (see the module docstring)."""
 
     def __init__(self) -> None:
-        pieces = [*SPECIAL_TOKENS, *_CHARACTERS]
+        pieces: list[str] = [*SPECIAL_TOKENS, *_CHARACTERS]
         self._ids = {piece: index for index, piece in enumerate(pieces)}
         self._pieces = pieces
         self.bos_id, self.im_start_id, self.im_end_id, self.tool_call_id = (self._ids[t] for t in SPECIAL_TOKENS)

@@ -188,7 +188,7 @@ def _called_tool(request: ChatRequest) -> str | None:
         return None
     if isinstance(choice, dict):
         name = (choice.get("function") or {}).get("name")
-        if name not in names:
+        if not isinstance(name, str) or name not in names:
             raise InvalidRequestError(f"tool_choice names {name!r}, not one of the tools {names}", "tool_choice")
         return name
     if len(names) > 1:

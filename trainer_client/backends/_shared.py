@@ -224,4 +224,5 @@ def load_function(path: str, setting: str) -> Callable[..., Any]:
     module_name, _, attr = path.replace(":", ".").rpartition(".")
     if not module_name:
         raise ValueError(f"{setting} must be 'module.function', got {path!r}")
-    return getattr(importlib.import_module(module_name), attr)
+    function: Callable[..., Any] = getattr(importlib.import_module(module_name), attr)
+    return function

@@ -89,10 +89,10 @@ class AgentCoreEventsSession(RolloutSession):
     async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
         await self.shutdown()
 
-    async def setup(self, task: dict) -> None:
+    async def setup(self, task: dict[str, Any]) -> None:
         """Nothing to prepare: the dispatcher starts the ACR session within the shared session budget."""
 
-    async def run(self, task: dict) -> RolloutDumpResponse:
+    async def run(self, task: dict[str, Any]) -> RolloutDumpResponse:
         """Run the rollout and return its dump once its result event arrives.
 
         Cancelling the call (ART's loop timing out) cancels the rollout.

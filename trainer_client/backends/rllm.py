@@ -195,7 +195,7 @@ def _uv_run_command() -> list[str] | None:
         return None
     for parent in psutil.Process().parents():
         try:
-            command = parent.cmdline()
+            command: list[str] = parent.cmdline()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
         if len(command) > 1 and os.path.basename(command[0]) == "uv" and command[1] == "run":
@@ -256,4 +256,3 @@ def _wrap_factory(module: Any) -> None:
 
     setattr(create_remote_runtime, _INSTALLED_MARK, True)
     module.create_remote_runtime = create_remote_runtime
-

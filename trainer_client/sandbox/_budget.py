@@ -29,6 +29,9 @@ from rollout_contract.results import Status
 from trainer_client.sandbox._types import SandboxCapacityError, SandboxError, SandboxProtocolError
 
 if TYPE_CHECKING:
+    from types_boto3_bedrock_agentcore import BedrockAgentCoreClient
+    from types_boto3_dynamodb import DynamoDBClient
+
     from rollout_contract import ExperimentDescriptor
 
 __all__ = ["SandboxBudget", "SandboxStart", "StillRunning"]
@@ -74,8 +77,8 @@ class SandboxBudget:
         self,
         descriptor: ExperimentDescriptor,
         *,
-        agentcore: Any,
-        dynamodb: Any,
+        agentcore: BedrockAgentCoreClient,
+        dynamodb: DynamoDBClient,
         trainer_id: str,
         attempts: int = CALL_ATTEMPTS,
         clock: Callable[[], float] = time.time,

@@ -7,12 +7,13 @@ rows are rLLM's ``gsm8k_agentcore`` dataset (its ``examples/agentcore_math/prepa
 """
 
 import hydra
+from omegaconf import DictConfig
 
 from trainer_client.backends.rllm import install
 
 
 @hydra.main(config_path="pkg://rllm.trainer.config", config_name="unified", version_base=None)
-def main(config):
+def main(config: DictConfig) -> None:
     install()  # before rLLM (and Ray) load: here and in every Ray worker the trainer starts
     from rllm.data.dataset import DatasetRegistry
     from rllm.trainer import AgentTrainer
