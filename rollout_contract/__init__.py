@@ -11,6 +11,7 @@
 - ``naming``: how each AWS name is built from an experiment id, its limit, and the longest id they allow.
 - ``sessions``: the sessions-table item (attribute names, :class:`SessionState`).
 - ``lifecycle``: the table of a rollout's moves between states (who, when, condition, slot, result).
+- ``monitoring``: the experiment's dashboard widgets and alarms as data (the CDK app and ``rollouts dashboard``).
 - ``sandbox``: ART's sandbox protocol and the rules for sandbox sessions (their reserved id prefix, lifetimes).
 - ``aws``: the one factory of boto3 clients (:class:`~rollout_contract.aws.ClientFactory`) and AWS error codes.
 

@@ -5,6 +5,7 @@
   ``rollouts top EXP``: the same, refreshed every second.
 - ``rollouts results EXP``: export the experiment's stored results as JSONL.
   These three take ``--run RUN``: the rollouts of one run of the experiment (exp_id ``EXP/RUN``).
+- ``rollouts dashboard EXP [--port P]``: the CDK dashboard's widgets, drawn from CloudWatch in a local page.
 - ``rollouts sessions EXP``: the rollouts in flight; ``rollouts cancel EXP --session ID | --input-id ID | --all``.
 - ``rollouts doctor EXP [--canary PAYLOAD.json]``: check every hop, one line each; exit 1 on any failure.
 - ``rollouts local ...`` / ``rollouts demo``: the local twin's, mounted through the ``agentcore_rollouts.commands``
@@ -33,7 +34,7 @@ from typing import Any
 from botocore.exceptions import EndpointConnectionError, NoCredentialsError, NoRegionError
 
 from rollout_contract import InvalidIdError, Status
-from rollout_contract.aws import new_session
+from rollout_contract.aws import ClientFactory, new_session
 from rollout_contract.messages import DEFAULT_QUEUE_TIMEOUT_S, validate_timeout_s
 from trainer_client._aws import load_descriptor
 from trainer_client._client import RolloutClient
@@ -207,6 +208,13 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("--once", action="store_true", help="one refresh, then exit (as rollouts status)")
     top.add_argument("--json", action="store_true", help="one JSON object per refresh (JSONL)")
     top.set_defaults(func=_top)
+
+    dashboard = commands.add_parser(
+        "dashboard", help="serve the experiment's CloudWatch dashboard as a local page on 127.0.0.1 (Ctrl-C to stop)"
+    )
+    _add_experiment(dashboard)
+    dashboard.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (8765; 0: any free port)")
+    dashboard.set_defaults(func=_dashboard)
 
     sessions = commands.add_parser(
         "sessions", help="rollouts in flight: session id, input id, state, age, deadline (every trainer's)"
@@ -401,6 +409,22 @@ def _top(args: argparse.Namespace) -> int:
             time.sleep(max(0.0, snapshot.at + args.interval - time.time()))
     except KeyboardInterrupt:
         return 0
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    from trainer_client._dashboard import DashboardReader, server
+
+    descriptor = load_descriptor(args.experiment, region=args.region)
+    cloudwatch = ClientFactory(region=descriptor.region, endpoints=descriptor.endpoints).client("cloudwatch")
+    reader = DashboardReader(descriptor, cloudwatch, run=args.run)
+    with server(reader, args.port) as serving:
+        print(f"dashboard of {reader.title} at http://127.0.0.1:{serving.server_address[1]}/ (Ctrl-C to stop)")
+        sys.stdout.flush()
+        try:
+            serving.serve_forever()
+        except KeyboardInterrupt:
+            pass
+    return 0
 
 
 def _sessions(args: argparse.Namespace) -> int:

@@ -16,7 +16,6 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Match, Template
 
 from infra.functions import powertools_version
-from infra.monitoring import SESSION_HOUR_USD
 from infra.nag import add_nag_checks
 from rollout_contract.budgets import SESSION_BUDGET_ID
 from rollout_contract.keys import experiment_prefix, payload_ref_prefix
@@ -31,6 +30,7 @@ from rollout_contract.metrics import (
     STATUS_DIMENSION,
     STOPS,
 )
+from rollout_contract.monitoring import SESSION_HOUR_USD
 from rollout_contract.protocol import DEFAULT_INVOKE_TPS, SERVICE_QUOTA_EXCEEDED, THROTTLING
 from rollout_contract.resources import (
     AGENT_REPOSITORY_NAME,

@@ -6,6 +6,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import boto3
+from trainer_support import alarm_in_state
 
 from rollout_contract import DispatchRequest, Status
 from rollout_contract import metrics as names
@@ -71,13 +72,7 @@ def test_status_reads_states_budgets_rates_durations_dlqs_and_alarms_without_lis
     boto3.client("dynamodb").put_item(
         TableName="budgets", Item={BUDGET_PARTITION_KEY: {"S": SESSION_BUDGET_ID}, ATTR_TOTAL: {"N": "3"}}
     )
-    alarm = f"{names.alarm_name_prefix(descriptor.exp_id)}StuckRollouts"
-    cloudwatch = boto3.client("cloudwatch")
-    cloudwatch.put_metric_alarm(
-        AlarmName=alarm, MetricName=names.OVERDUE, Namespace=names.NAMESPACE, Statistic="Maximum", Period=60,
-        EvaluationPeriods=1, Threshold=0, ComparisonOperator="GreaterThanThreshold",
-    )  # fmt: skip
-    cloudwatch.set_alarm_state(AlarmName=alarm, StateValue="ALARM", StateReason="test")
+    alarm_in_state(descriptor.exp_id, "StuckRollouts", "ALARM")
 
     # WHEN `rollouts status --json` runs
     assert main(["status", descriptor.exp_id, "--json"]) == 0

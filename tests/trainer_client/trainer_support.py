@@ -29,6 +29,7 @@ from rollout_contract import (
     Timings,
     parse_dispatch_message,
 )
+from rollout_contract.metrics import NAMESPACE, OVERDUE, alarm_name_prefix
 from rollout_contract.resources import BUDGET_PARTITION_KEY, SESSIONS_PARTITION_KEY, result_event_pattern
 from rollout_contract.sessions import (
     ATTR_DEADLINE_AT,
@@ -94,6 +95,17 @@ def create_experiment(exp_id: str = EXP_ID, bucket: str = BUCKET) -> ExperimentD
 
 
 Outcome = Callable[[DispatchRequest], RolloutResult]
+
+
+def alarm_in_state(exp_id: str, name: str, state: str) -> None:
+    """Create alarm ``name`` of experiment ``exp_id`` (on its overdue gauge) and set it to ``state``."""
+    alarm = f"{alarm_name_prefix(exp_id)}{name}"
+    cloudwatch = boto3.client("cloudwatch")
+    cloudwatch.put_metric_alarm(
+        AlarmName=alarm, MetricName=OVERDUE, Namespace=NAMESPACE, Statistic="Maximum", Period=60,
+        EvaluationPeriods=1, Threshold=0, ComparisonOperator="GreaterThanThreshold",
+    )  # fmt: skip
+    cloudwatch.set_alarm_state(AlarmName=alarm, StateValue=state, StateReason="test")
 
 
 def scripted(request: DispatchRequest) -> RolloutResult:

@@ -1,0 +1,99 @@
+"""``rollouts dashboard``: the CDK dashboard's definition read from CloudWatch, SEARCH and math done locally."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+from datetime import UTC, datetime, timedelta
+
+import boto3
+import pytest
+from trainer_support import alarm_in_state
+
+from rollout_contract import Status
+from rollout_contract import metrics as names
+from rollout_contract import monitoring as spec
+from trainer_client._dashboard import DashboardReader, evaluate, monitored, server
+
+
+def _publish(namespace: str, name: str, values: list[float], **dimensions: str) -> None:
+    """Data points two seconds ago (moto reads up to the second)."""
+    boto3.client("cloudwatch").put_metric_data(
+        Namespace=namespace,
+        MetricData=[
+            {
+                "MetricName": name,
+                "Dimensions": [{"Name": key, "Value": value} for key, value in dimensions.items()],
+                "Timestamp": datetime.now(UTC) - timedelta(seconds=2),
+                "Value": value,
+            }
+            for value in values
+        ],
+    )
+
+
+def test_math_is_evaluated_per_timestamp_with_fill_and_without_points_it_cannot_compute() -> None:
+    seconds, rollouts = {60.0: 7200.0, 120.0: 3600.0, 180.0: 1.0}, {60.0: 2.0, 120.0: 0.0}
+    # THEN a point missing in one series, or divided by zero, is left out; FILL stands in for a missing one
+    assert evaluate("1000 * seconds / 3600 / rollouts", {"seconds": seconds, "rollouts": rollouts}) == {60.0: 1000.0}
+    assert evaluate("FILL(a, 0) + FILL(b, 0)", {"a": {1.0: 2.0}, "b": {2.0: 3.0}}) == {1.0: 2.0, 2.0: 3.0}
+    # AND what the renderer cannot evaluate is refused by name
+    with pytest.raises(ValueError, match="cannot evaluate 'RATE\\(a\\)'"):
+        evaluate("RATE(a)", {"a": {1.0: 1.0}})
+
+
+def test_every_widget_of_the_definition_is_read_with_searches_resolved_and_math_computed(descriptor) -> None:
+    # GIVEN completions and durations of the experiment, completions of two runs (and metrics that a SEARCH of
+    # this experiment's runs must not find: another experiment's, and one with a dimension more)
+    exp = descriptor.exp_id
+    _publish(names.NAMESPACE, names.COMPLETED, [3], exp_id=exp, status=Status.SUCCEEDED.value)
+    _publish(names.NAMESPACE, names.DURATION, [1800.0, 5400.0], exp_id=exp)
+    # (in the finisher's order of dimensions: moto finds three only in the order they were put with)
+    _publish(names.NAMESPACE, names.COMPLETED, [2], exp_id=exp, status=Status.SUCCEEDED.value, run="sweep/lr-1")
+    _publish(names.NAMESPACE, names.COMPLETED, [1], exp_id=exp, status=Status.AGENT_ERROR.value, run="r2")
+    _publish(names.NAMESPACE, names.COMPLETED, [9], exp_id="other", status=Status.SUCCEEDED.value, run="r2")
+    _publish(names.NAMESPACE, names.COMPLETED, [9], exp_id=exp, status="succeeded", run="r2", extra="x")
+    alarm_in_state(exp, "StuckRollouts", "ALARM")
+    # WHEN the dashboard is read
+    cloudwatch = boto3.client("cloudwatch")
+    data = DashboardReader(descriptor, cloudwatch).read()
+    widgets = {widget["title"]: widget for widget in data["widgets"]}
+
+    def lines(title: str) -> dict[str, list[float]]:
+        return {s["label"]: [value for _, value in s["points"]] for s in widgets[title]["series"]}
+
+    # THEN it has the definition's widgets, in its order, each graph with the definition's lines and budgets
+    definition = spec.dashboard(monitored(descriptor))
+    assert [w["title"] for w in data["widgets"]] == [w.title for row in definition.rows for w in row]
+    assert lines("Submitted, dispatched, stopped, succeeded")["succeeded"] == [3.0]
+    assert [line["value"] for line in widgets["Submitted, dispatched, stopped, succeeded"]["lines"]] == [25 * 60]
+    # AND a SEARCH draws one line per run and status of this experiment, labelled by the values found
+    assert lines("Completed by run and status") == {"sweep/lr-1 succeeded": [2.0], "r2 agent_error": [1.0]}
+    # AND the math is computed: 2 hours of sessions, $0.2546 an hour, over 2 rollouts: $254.6 per 1,000
+    (cost,) = (s for s in widgets["Session-hours and cost"]["series"] if s["axis"] == "right")
+    assert lines("Session-hours and cost")["session-hours"] == [2.0]
+    assert [round(value, 1) for _, value in cost["points"]] == [254.6]
+    # AND the alarms' states are listed
+    assert widgets["Alarms"]["alarms"] == [{"name": "StuckRollouts", "state": "ALARM"}]
+    # AND one run's view keeps only that run's lines
+    one_run = DashboardReader(descriptor, cloudwatch, run="r2").read()
+    (per_run,) = (w for w in one_run["widgets"] if w["title"] == "Completed by run and status")
+    assert [s["label"] for s in per_run["series"]] == ["agent_error"] and one_run["title"] == f"{exp}/r2"
+
+
+def test_the_server_answers_the_page_and_its_data_on_localhost(descriptor) -> None:
+    # GIVEN the dashboard served on a free port
+    with server(DashboardReader(descriptor, boto3.client("cloudwatch")), 0) as serving:
+        threading.Thread(target=serving.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{serving.server_address[1]}/"
+        try:
+            # WHEN the page and its data are fetched
+            page = urllib.request.urlopen(url, timeout=10).read().decode()
+            data = json.loads(urllib.request.urlopen(url + "data.json", timeout=10).read())
+        finally:
+            serving.shutdown()
+    # THEN the page is self-contained (no script or style from elsewhere) and the data has every widget
+    assert 'fetch("data.json"' in page and "src=" not in page
+    assert not [url for url in page.split('"') if url.startswith(("http:", "https:", "//")) and "www.w3.org" not in url]
+    assert len(data["widgets"]) == sum(len(row) for row in spec.dashboard(monitored(descriptor)).rows)
