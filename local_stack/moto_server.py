@@ -34,6 +34,8 @@ __all__ = [
     "forget_model_instances",
     "moto_process",
     "prompt_revisible_messages",
+    "publish_queue_metrics",
+    "sample_queue_metrics",
     "report_eventbridge_switch",
     "serialize_dynamodb",
 ]
@@ -421,6 +423,60 @@ def percentile_statistics() -> None:
     setattr(Statistics, "get_statistics_for_type", get_statistics_for_type)  # noqa: B010 - a method, for mypy
 
 
+#: Seconds between two samples of every queue's depth and oldest message (AWS publishes them every minute).
+QUEUE_METRICS_INTERVAL_S = 5.0
+
+
+def sample_queue_metrics() -> None:
+    """Publish every queue's ``AWS/SQS`` gauges to the local CloudWatch once, as SQS does in AWS: messages
+    visible (``ApproximateNumberOfMessagesVisible``) and the age of the oldest (``ApproximateAgeOfOldestMessage``,
+    0 for an empty queue). ``NumberOfMessagesSent`` is not published: a sample cannot count the messages sent
+    and deleted between two samples."""
+    from moto.cloudwatch.models import cloudwatch_backends
+    from moto.sqs.models import sqs_backends
+
+    now = time.time()  # the data points are stamped by moto, now (its clock: naive UTC)
+    for account, regions in list(sqs_backends.items()):
+        for region, backend in list(regions.items()):
+            data: list[dict[str, Any]] = []
+            for name, queue in list(backend.queues.items()):
+                messages = list(queue._messages)
+                visible = sum(1 for message in messages if message.visible and not message.delayed)
+                # moto types sent_timestamp as None (its first assignment); it is the milliseconds of the send
+                sent = [stamp for message in messages if (stamp := getattr(message, "sent_timestamp", None))]
+                oldest = max(0.0, now - min(sent) / 1000) if sent else 0.0
+                data += [
+                    {
+                        "MetricName": metric,
+                        "Dimensions": [{"Name": "QueueName", "Value": name}],
+                        "Value": value,
+                        "Unit": unit,
+                    }
+                    for metric, value, unit in (
+                        ("ApproximateNumberOfMessagesVisible", float(visible), "Count"),
+                        ("ApproximateAgeOfOldestMessage", oldest, "Seconds"),
+                    )
+                ]
+            if data:
+                cloudwatch_backends[account][region].put_metric_data("AWS/SQS", data)
+
+
+def publish_queue_metrics(interval_s: float = QUEUE_METRICS_INTERVAL_S) -> threading.Thread:
+    """Run :func:`sample_queue_metrics` every ``interval_s`` in a daemon thread (AWS publishes every minute)."""
+
+    def loop() -> None:
+        while True:
+            time.sleep(interval_s)
+            try:
+                sample_queue_metrics()
+            except Exception as exc:  # a queue changing under the sample: the next one reads it again
+                print(f"queue metrics: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+    thread = threading.Thread(target=loop, name="queue-metrics", daemon=True)
+    thread.start()
+    return thread
+
+
 if __name__ == "__main__":
     from moto.server import main
 
@@ -437,4 +493,5 @@ if __name__ == "__main__":
     forget_model_instances()
     forbid_missing_keys()
     percentile_statistics()
+    publish_queue_metrics()
     main()

@@ -325,7 +325,7 @@ class LocalStack:
             agent_runtime(self.settings, self.runtime_arn(exp_id), self._moto_url())
             for exp_id in self.settings.experiments
         ]
-        return {**self.settings.emulator_options, "runtimes": runtimes}
+        return {**self.settings.emulator_options, "runtimes": runtimes, "cloudwatch_url": self._moto_url()}
 
     def _emulator_process(self, base_env: Mapping[str, str]) -> ManagedProcess:
         config_path = self.run_dir / "emulator.json"

@@ -163,20 +163,23 @@ def failed_message_ids(response: Any, message_ids: Sequence[str]) -> set[str]:
 
 
 class LambdaMetrics:
-    """Count invocations and errors per function and publish them as Lambda's own ``AWS/Lambda`` metrics."""
+    """Count invocations and errors and time each invocation, per function, and publish them as Lambda's own
+    ``AWS/Lambda`` metrics (``Invocations``, ``Errors``, ``Duration`` in milliseconds)."""
 
     def __init__(self, cloudwatch: Any, embedded: EmbeddedMetrics | None = None) -> None:
         self._cloudwatch = cloudwatch
         self._embedded = embedded
         self._counts: dict[str, list[int]] = {}
+        self._durations: dict[str, list[float]] = {}
         self._lock = threading.Lock()
 
-    def record(self, function_name: str, *, error: bool) -> None:
-        """Count one invocation of ``function_name`` (an error if the handler raised)."""
+    def record(self, function_name: str, *, error: bool, duration_ms: float) -> None:
+        """Count one invocation of ``function_name`` (an error if the handler raised) that took ``duration_ms``."""
         with self._lock:
             counts = self._counts.setdefault(function_name, [0, 0])
             counts[0] += 1
             counts[1] += int(error)
+            self._durations.setdefault(function_name, []).append(duration_ms)
 
     def flush(self) -> None:
         """Publish what was counted since the last flush (nothing when there were no invocations), and the
@@ -185,8 +188,9 @@ class LambdaMetrics:
             self._embedded.flush()
         with self._lock:
             counts, self._counts = self._counts, {}
+            durations, self._durations = self._durations, {}
         now = datetime.now(UTC)
-        data = [
+        data: list[dict[str, Any]] = [
             {
                 "MetricName": metric,
                 "Dimensions": [{"Name": "FunctionName", "Value": name}],
@@ -196,6 +200,16 @@ class LambdaMetrics:
             }
             for name, (invocations, errors) in counts.items()
             for metric, value in (("Invocations", invocations), ("Errors", errors))
+        ]
+        data += [
+            {
+                "MetricName": "Duration",
+                "Dimensions": [{"Name": "FunctionName", "Value": name}],
+                "Timestamp": now,
+                "Values": values,
+                "Unit": "Milliseconds",
+            }
+            for name, values in durations.items()
         ]
         if not data:
             return
@@ -370,9 +384,9 @@ class Worker:
             response = function.handler(event, function.context())
         except Exception:
             logger.exception("%s failed on a batch of %d: every record returns to the queue", function.name, len(ids))
-            self._record(function, error=True)
+            self._record(function, started, error=True)
             return len(messages)
-        self._record(function, error=False)
+        self._record(function, started, error=False)
         failed = failed_message_ids(response, ids)
         done = [message for message in messages if message["MessageId"] not in failed]
         if done:
@@ -391,9 +405,10 @@ class Worker:
         )
         return len(messages)
 
-    def _record(self, function: FunctionSpec, *, error: bool) -> None:
+    def _record(self, function: FunctionSpec, started: float, *, error: bool) -> None:
+        """Count an invocation of ``function`` begun at ``started`` (``time.monotonic()``)."""
         if self._metrics is not None:
-            self._metrics.record(function.name, error=error)
+            self._metrics.record(function.name, error=error, duration_ms=(time.monotonic() - started) * 1000)
 
     def _publish_loop(self) -> None:
         assert self._metrics is not None
@@ -412,13 +427,14 @@ class Worker:
         while not self._stop.wait(self._settings.sweep_interval_s):
             event = scheduled_event(rule_arn=rule_arn, region=self._region, account=self._account)
             with self._invocation():
+                started = time.monotonic()
                 try:
                     function.handler(event, function.context())
                 except Exception:
                     logger.exception("%s failed on a scheduled run", function.name)
-                    self._record(function, error=True)
+                    self._record(function, started, error=True)
                 else:
-                    self._record(function, error=False)
+                    self._record(function, started, error=False)
 
 
 def _import_handler(dotted: str) -> Handler:

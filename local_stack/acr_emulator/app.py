@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -17,6 +18,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from local_stack.acr_emulator.errors import EmulatorError, InvalidRequestError, NotFoundError, RuntimeClientError
+from local_stack.acr_emulator.metrics import RuntimeMetrics
 from local_stack.acr_emulator.sessions import Session, SessionManager
 from local_stack.call_log import CallLog, RecordingMiddleware
 from rollout_contract.ids import SESSION_ID_MAX_LENGTH, SESSION_ID_MIN_LENGTH
@@ -50,25 +52,37 @@ def create_app(config: EmulatorConfig) -> Starlette:
     manager = SessionManager(config)
     created_at = time.time()
 
+    metrics = _runtime_metrics(config)
+    stop_publishing = threading.Event()
+
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         await manager.start()
+        if metrics is not None:
+            metrics.publish_every(config.metrics_interval_s, stop_publishing)
         try:
             yield
         finally:
+            stop_publishing.set()
             await manager.close()
 
     async def invoke(request: Request) -> Response:
+        started, runtime, new_session = time.monotonic(), None, False
         try:
             body = await _read_body(request, config.max_payload_bytes)
             runtime = _runtime(config, request)
             session_id = _session_id(request)
             manager.take_token(runtime)
             manager.record_invoke(runtime)
+            new_session = not manager.has_session(runtime, session_id)
             session = await manager.acquire(runtime, session_id)
-            return await _forward(manager, session, request, body)
+            response = await _forward(manager, session, request, body)
         except EmulatorError as e:
-            return e.to_response()
+            response = e.to_response()
+        if metrics is not None and runtime is not None:
+            latency_ms = (time.monotonic() - started) * 1000
+            metrics.invoked(runtime.arn, status=response.status_code, latency_ms=latency_ms, new_session=new_session)
+        return response
 
     async def stop(request: Request) -> Response:
         try:
@@ -193,6 +207,19 @@ async def _read_body(request: Request, limit: int) -> bytes:
             raise too_large
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _runtime_metrics(config: EmulatorConfig) -> RuntimeMetrics | None:
+    """ACR's runtime metrics, if the config names a CloudWatch to publish them to (the local stack's)."""
+    if config.cloudwatch_url is None:
+        return None
+    from local_stack.moto_server import DUMMY_CREDENTIALS, LOCAL_REGION
+    from rollout_contract.aws import ClientFactory
+
+    factory = ClientFactory(
+        region=LOCAL_REGION, endpoints={"cloudwatch": config.cloudwatch_url}, credentials=DUMMY_CREDENTIALS
+    )
+    return RuntimeMetrics(factory.client("cloudwatch"))
 
 
 def _agent_headers(request: Request, session_id: str) -> dict[str, str]:

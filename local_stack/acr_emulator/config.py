@@ -141,6 +141,10 @@ class EmulatorConfig(BaseModel):
     max_payload_bytes: int = Field(default=MAX_PAYLOAD_BYTES, gt=0)
     invocation_log_size: int = Field(default=10_000, gt=0)
     ended_sessions_kept: int = Field(default=200, ge=0)
+    cloudwatch_url: str | None = Field(
+        default=None, description="Where ACR's runtime metrics are published (a CloudWatch endpoint; None: nowhere)."
+    )
+    metrics_interval_s: float = Field(default=5.0, gt=0, description="Seconds between two publications of them.")
     log_dir: Path | None = Field(
         default=None, description="Where each agent process's output goes; None sends it to the emulator's stderr."
     )

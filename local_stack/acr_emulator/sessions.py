@@ -192,6 +192,10 @@ class SessionManager:
         self.counters["invokes"] += 1
         self._invocations[runtime.arn].append(time.time())
 
+    def has_session(self, runtime: RuntimeConfig, session_id: str) -> bool:
+        """Whether ``session_id`` of ``runtime`` is active (an invoke to it starts no new session)."""
+        return (runtime.arn, session_id) in self._sessions
+
     async def acquire(self, runtime: RuntimeConfig, session_id: str) -> Session:
         """The active session ``session_id`` of ``runtime``, started now if it does not exist.
 
