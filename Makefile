@@ -17,7 +17,7 @@ unexport PYTHONDONTWRITEBYTECODE
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export UV_LINK_MODE := copy
 
-.PHONY: install demo-env ml-env test test-ml check lint demo train-demo clean
+.PHONY: install demo-env ml-env browser test test-ml check lint demo train-demo clean
 
 install: $(VENV)/.installed node_modules/.installed
 
@@ -67,7 +67,14 @@ check: lint
 	$(BIN)/python -m pytest -q -m "not e2e and not cdk and not packaging and not processes" $(PARALLEL) \
 		--hypothesis-profile=check
 
-test: lint
+# The dashboard page's test (tests/e2e) loads it in Debian's chromium: installed here when missing and running as
+# root with apt-get (CI); elsewhere the test skips and says why.
+browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \
+		|| echo "no chromium, and not root with apt-get: the dashboard's browser test will skip"
+
+test: lint browser
 	$(BIN)/python -m pytest -m "not e2e" $(PARALLEL)
 	$(BIN)/python -m pytest -m e2e
 	$(MAKE) test-ml

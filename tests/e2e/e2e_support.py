@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -104,3 +105,17 @@ def run_doc_block(doc: Path, name: str, cwd: Path, timeout_s: float = 900) -> su
         )
     finally:
         subprocess.run([".venv/bin/rollouts", "local", "down"], cwd=cwd, env=env, capture_output=True, check=False)
+
+
+def headless_browser() -> str:
+    """Debian's ``chromium`` (``make test`` installs it when missing and running as root); the test skips without."""
+    found = shutil.which("chromium")
+    if found is None:
+        pytest.skip("no chromium on PATH: install Debian's `chromium` (as root: apt-get install -y chromium)")
+    return found
+
+
+def browse(browser: str, url: str, *options: str) -> str:
+    """What headless ``browser`` makes of ``url`` after 8 s of the page's time (its scripts and requests run)."""
+    argv = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=8000", *options, url]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True).stdout

@@ -6,21 +6,37 @@ Each test drives the whole path: trainer -> dispatch queue -> dispatcher (worker
 
 from __future__ import annotations
 
+import html
 import json
+import os
+import re
+import subprocess
+import sys
 import time
 from concurrent.futures import CancelledError
 from pathlib import Path
 
 import boto3
 import pytest
-from e2e_support import EMULATOR_MAX_PAYLOAD, EXP, connect, emulator_counters, run_trainer_process, wait_until
+from e2e_support import (
+    EMULATOR_MAX_PAYLOAD,
+    EXP,
+    browse,
+    connect,
+    emulator_counters,
+    headless_browser,
+    run_trainer_process,
+    wait_until,
+)
 
 from local_stack.stack import LocalStack
 from rollout_contract import ResultKey, RolloutResult, Status
 from rollout_contract.budgets import ATTR_TOTAL, SESSION_BUDGET_ID, held_attribute
+from rollout_contract.monitoring import dashboard
 from rollout_contract.resources import BUDGET_PARTITION_KEY, BUDGET_TABLE, ExperimentResources
 from trainer_client import PollSettings, RolloutClient
 from trainer_client._cli import main
+from trainer_client._dashboard import monitored
 
 pytestmark = pytest.mark.e2e
 
@@ -257,3 +273,53 @@ def test_a_restarted_trainer_collects_what_its_predecessor_submitted(stack: Loca
     assert sorted(r.input_id for r in results) == [f"resume-{i}" for i in range(4)]
     assert all(r.ok for r in results)
     assert len({ResultKey(r.exp_id, r.input_id, r.session_id) for r in results}) == 4
+
+
+def test_the_dashboard_page_draws_every_graph_of_the_cdk_definition_in_a_headless_browser(
+    stack: LocalStack, tmp_path: Path
+) -> None:
+    browser = headless_browser()
+    # GIVEN a run 'dash' on the stack: two rollouts succeed with rewards, one raises
+    with RolloutClient.for_experiment(EXP, run="dash", poll=PollSettings(wait_time_s=1)) as run:
+        futures = [run.invoke({"action": a, "reward": 0.5}, input_id="d", timeout=60) for a in ("succeed",) * 2]
+        futures.append(run.invoke({"action": "raise"}, input_id="d", timeout=60))
+        assert [f.result(timeout=RESULT_WAIT_S).status for f in futures][-1] is Status.AGENT_ERROR
+    # WHEN an operator serves the dashboard (the command, in its own process) and a browser loads the page
+    rollouts = Path(sys.executable).with_name("rollouts")
+    with subprocess.Popen(
+        [str(rollouts), "dashboard", EXP, "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **stack.env},
+    ) as server:
+        try:
+            url = server.stdout.readline().split(" at ")[1].split()[0]  # type: ignore[union-attr]
+            pages: list[dict[str, tuple[str, int, int]]] = []
+
+            def every_graph_drew_lines() -> bool:
+                dom = browse(browser, url, "--dump-dom")
+                found = _WIDGET.findall(dom)
+                pages.append({html.unescape(t): (kind, int(lines), int(drawn)) for t, kind, lines, drawn in found})
+                return bool(pages[-1]) and all(drawn for kind, _, drawn in pages[-1].values() if kind == "graph")
+
+            # (the functions, the emulator and the moto server publish every 5 s; the sweeper's gauge every second)
+            drew = wait_until(every_graph_drew_lines, timeout_s=60)
+            screenshot = tmp_path / "dashboard.png"
+            browse(browser, url, f"--screenshot={screenshot}", "--window-size=1500,2000", "--hide-scrollbars")
+        finally:
+            server.terminate()
+    print(f"dashboard screenshot: {screenshot}")
+    # THEN the page has every widget of the definition the CDK dashboard renders, in its order, and every graph
+    # drew at least one line from the local CloudWatch
+    definition = dashboard(monitored(stack.descriptors[EXP]))
+    assert list(pages[-1]) == [widget.title for row in definition.rows for widget in row]
+    assert drew, {title: drawn for title, (kind, _, drawn) in pages[-1].items() if kind == "graph" and not drawn}
+    # AND every line a SEARCH found (a metric with data) has points: each run's, this one's and earlier tests'
+    for per_run in ("Completed by run and status", "Reward mean by run"):
+        _, lines, drawn = pages[-1][per_run]
+        assert lines == drawn >= 2, (per_run, lines, drawn)
+    assert screenshot.stat().st_size > 10_000
+
+
+#: A widget's element on the dashboard page: its title, kind, number of lines and number of lines with points.
+_WIDGET = re.compile(r'data-title="([^"]*)" data-kind="(\w+)" data-series="(\d+)" data-drawn="(\d+)"')
