@@ -13,7 +13,7 @@ import json
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -23,6 +23,11 @@ from rollout_contract.aws import ClientFactory, Clients, Service, error_code
 from rollout_contract.protocol import DEFAULT_ACTIVE_SESSION_QUOTA, DEFAULT_INVOKE_TPS
 from rollout_contract.resources import AGENT_REPOSITORY_NAME, SHARED_STACK_NAME, results_bucket_name
 from trainer_client.doctor import CheckResult
+
+if TYPE_CHECKING:
+    from types_boto3_ecr import ECRClient
+    from types_boto3_service_quotas import ServiceQuotasClient
+    from types_boto3_service_quotas.type_defs import ServiceQuotaTypeDef
 
 __all__ = ["CHECKS", "Target", "run_preflight"]
 
@@ -191,7 +196,7 @@ def check_image(target: Target) -> CheckResult:
     return CheckResult("agent image", True, f"{AGENT_REPOSITORY_NAME}:{tag} exists for {ARM64}")
 
 
-def _architectures(ecr: Any, manifest: dict[str, Any]) -> set[str] | None:
+def _architectures(ecr: ECRClient, manifest: dict[str, Any]) -> set[str] | None:
     """The architectures an image manifest (or index) is for; ``None`` when the registry does not say."""
     if "manifests" in manifest:
         return {
@@ -244,7 +249,7 @@ def check_quotas(target: Target) -> CheckResult:
     return CheckResult("quotas", True, f"{listed} cover the budgets")
 
 
-def _quotas(client: Any) -> list[dict[str, Any]]:
+def _quotas(client: ServiceQuotasClient) -> list[ServiceQuotaTypeDef]:
     """The account's AgentCore quotas: AWS's defaults, overridden by the values applied to the account."""
     defaults = client.get_paginator("list_aws_default_service_quotas").paginate(ServiceCode=QUOTAS_SERVICE)
     quotas = {quota["QuotaCode"]: quota for page in defaults for quota in page["Quotas"]}

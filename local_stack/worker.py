@@ -41,13 +41,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from local_stack.emf import EmbeddedMetrics, EmfStdout
 from local_stack.moto_server import LOCAL_ACCOUNT_ID, credentials
 from rollout_contract.aws import ClientFactory
 from rollout_contract.naming import PROJECT
 from rollout_contract.resources import ExperimentDescriptor, ExperimentResources, HandlerSettings
+
+if TYPE_CHECKING:
+    from types_boto3_cloudwatch import CloudWatchClient
+    from types_boto3_cloudwatch.type_defs import MetricDatumTypeDef
+    from types_boto3_sqs import SQSClient
+    from types_boto3_sqs.type_defs import MessageTypeDef
 
 __all__ = [
     "DEFAULT_HANDLERS",
@@ -166,7 +172,7 @@ class LambdaMetrics:
     """Count invocations and errors and time each invocation, per function, and publish them as Lambda's own
     ``AWS/Lambda`` metrics (``Invocations``, ``Errors``, ``Duration`` in milliseconds)."""
 
-    def __init__(self, cloudwatch: Any, embedded: EmbeddedMetrics | None = None) -> None:
+    def __init__(self, cloudwatch: CloudWatchClient, embedded: EmbeddedMetrics | None = None) -> None:
         self._cloudwatch = cloudwatch
         self._embedded = embedded
         self._counts: dict[str, list[int]] = {}
@@ -190,7 +196,7 @@ class LambdaMetrics:
             counts, self._counts = self._counts, {}
             durations, self._durations = self._durations, {}
         now = datetime.now(UTC)
-        data: list[dict[str, Any]] = [
+        data: list[MetricDatumTypeDef] = [
             {
                 "MetricName": metric,
                 "Dimensions": [{"Name": "FunctionName", "Value": name}],
@@ -280,7 +286,13 @@ class Worker:
     """Run queue-fed functions and a scheduled function on threads until :meth:`stop`."""
 
     def __init__(
-        self, sqs: Any, *, region: str, account: str, settings: WorkerSettings, metrics: LambdaMetrics | None = None
+        self,
+        sqs: SQSClient,
+        *,
+        region: str,
+        account: str,
+        settings: WorkerSettings,
+        metrics: LambdaMetrics | None = None,
     ) -> None:
         self._sqs = sqs
         self._metrics = metrics
@@ -376,7 +388,7 @@ class Worker:
                 self._busy -= 1
                 self._idle.notify_all()
 
-    def _invoke(self, function: FunctionSpec, queue_url: str, queue_arn: str, messages: list[dict[str, Any]]) -> int:
+    def _invoke(self, function: FunctionSpec, queue_url: str, queue_arn: str, messages: list[MessageTypeDef]) -> int:
         ids = [message["MessageId"] for message in messages]
         event = sqs_event(messages, queue_arn=queue_arn, region=self._region)
         started = time.monotonic()

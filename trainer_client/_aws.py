@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from botocore.exceptions import BotoCoreError, EndpointConnectionError, NoCredentialsError
 from botocore.exceptions import ClientError as BotoClientError
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
     from types_boto3_s3 import S3Client
     from types_boto3_sqs import SQSClient
+    from types_boto3_ssm import SSMClient
 
 __all__ = ["AwsClients", "aws_call", "load_descriptor", "not_found_message"]
 
@@ -101,7 +102,7 @@ def not_found_message(exp_id: str, what: str) -> str:
     )
 
 
-def load_descriptor(exp_id: str, *, region: str | None = None, ssm: Any = None) -> ExperimentDescriptor:
+def load_descriptor(exp_id: str, *, region: str | None = None, ssm: SSMClient | None = None) -> ExperimentDescriptor:
     """Read experiment ``exp_id``'s descriptor from SSM.
 
     Raises:

@@ -9,11 +9,14 @@ the trainer, a result not written yet is a 403. A 403 is therefore settled by li
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
 from rollout_contract.aws import error_code
+
+if TYPE_CHECKING:
+    from types_boto3_s3 import S3Client
 
 __all__ = ["is_stored", "read_if_stored"]
 
@@ -21,7 +24,7 @@ _MISSING = frozenset({"NoSuchKey", "404", "NotFound"})
 _DENIED = frozenset({"AccessDenied", "403"})
 
 
-def read_if_stored(s3: Any, bucket: str, key: str) -> bytes | None:
+def read_if_stored(s3: S3Client, bucket: str, key: str) -> bytes | None:
     """The object's bytes, or ``None`` when no object is stored at ``key``.
 
     Raises:
@@ -36,7 +39,7 @@ def read_if_stored(s3: Any, bucket: str, key: str) -> bytes | None:
         raise
 
 
-def is_stored(s3: Any, bucket: str, key: str) -> bool:
+def is_stored(s3: S3Client, bucket: str, key: str) -> bool:
     """Whether an object is stored at ``key``: one ListObjectsV2 of the key itself (no 403/404 ambiguity)."""
     listed = s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1).get("Contents", [])
     return any(entry["Key"] == key for entry in listed)

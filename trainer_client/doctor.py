@@ -40,8 +40,10 @@ from trainer_client._exceptions import AwsError, ExperimentNotFoundError, Submit
 from trainer_client._stored import is_stored
 
 if TYPE_CHECKING:
+    from types_boto3_cloudwatch import CloudWatchClient
     from types_boto3_events.type_defs import DescribeRuleResponseTypeDef
     from types_boto3_sqs.literals import QueueAttributeFilterType, QueueAttributeNameType
+    from types_boto3_ssm import SSMClient
 
 __all__ = [
     "CHECKS",
@@ -351,7 +353,7 @@ def function_check(role: str) -> Check:
     return _named(check, name)
 
 
-def _metric_sums(cloudwatch: Any, function: str, metrics: tuple[str, ...]) -> dict[str, float]:
+def _metric_sums(cloudwatch: CloudWatchClient, function: str, metrics: tuple[str, ...]) -> dict[str, float]:
     end = datetime.now(UTC)
     queries = [
         {
@@ -440,7 +442,7 @@ def _check_name(check: Check) -> str:
 
 
 def check_descriptor(
-    exp_id: str, *, region: str | None = None, ssm: Any = None
+    exp_id: str, *, region: str | None = None, ssm: SSMClient | None = None
 ) -> tuple[CheckResult, Experiment | None]:
     """Read the experiment's descriptor from SSM; return the result and, if readable, the connected experiment."""
     exp_id = validate_experiment(exp_id)

@@ -71,6 +71,8 @@ from trainer_client.sandbox._types import (
 )
 
 if TYPE_CHECKING:
+    from types_boto3_ssm import SSMClient
+
     from rollout_contract import ExperimentDescriptor
 
 __all__ = ["ExecHandle", "Sandbox", "SandboxClient"]
@@ -125,7 +127,7 @@ class SandboxClient:
         timeout: float = DEFAULT_SANDBOX_TIMEOUT_S,
         queue_timeout: float = DEFAULT_QUEUE_TIMEOUT_S,
         descriptor: ExperimentDescriptor | None = None,
-        ssm: Any = None,
+        ssm: SSMClient | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.runtime_arn = runtime_arn
@@ -167,7 +169,13 @@ class SandboxClient:
 
     @classmethod
     def for_experiment(
-        cls, experiment: str, *, run: str | None = None, region: str | None = None, ssm: Any = None, **kwargs: Any
+        cls,
+        experiment: str,
+        *,
+        run: str | None = None,
+        region: str | None = None,
+        ssm: SSMClient | None = None,
+        **kwargs: Any,
     ) -> SandboxClient:
         """A client of sandbox experiment ``experiment`` (its descriptor from SSM; the local stack's too).
 
