@@ -56,6 +56,7 @@ $(ML_VENV)/.installed: pyproject.toml requirements/ml.txt
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 # pytest-xdist: one worker per core, a test file per worker at a time (module fixtures start once). The e2e tests

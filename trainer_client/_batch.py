@@ -75,9 +75,7 @@ class BatchItem:
             except RolloutError as exc:
                 error = exc
         message = None if error is None else f"{type(error).__name__}: {error}"
-        return cls(
-            error is None, result, message, index, future.elapsed(), future.session_id, future.input_id, error
-        )
+        return cls(error is None, result, message, index, future.elapsed(), future.session_id, future.input_id, error)
 
     def to_record(self) -> dict[str, Any]:
         """A JSON-ready line for a results file: the ids, the outcome, the stored document and its token traces."""

@@ -26,6 +26,7 @@ from trainer_client.progress import ProgressMode, RolloutProgress
 
 __all__ = ["EvalPlan", "plan_eval", "row_input_id", "run_eval"]
 
+
 def row_input_id(number: int, row: dict[str, Any]) -> str:
     """The input id of dataset row ``number`` (1-based) without ``--input-id-field``: position and content."""
     digest = hashlib.sha256(json.dumps(row, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]

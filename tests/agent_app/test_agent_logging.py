@@ -35,7 +35,13 @@ def bare_root() -> Iterator[logging.Logger]:
 
 def _record(message: str, *, exc_info: object = None) -> logging.LogRecord:
     return logging.getLogger("agent.tools").makeRecord(
-        "agent.tools", logging.WARNING, __file__, 1, message, (), exc_info  # type: ignore[arg-type]
+        "agent.tools",
+        logging.WARNING,
+        __file__,
+        1,
+        message,
+        (),
+        exc_info,  # type: ignore[arg-type]
     )
 
 

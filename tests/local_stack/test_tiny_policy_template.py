@@ -12,7 +12,7 @@ LOOKUP = {"type": "function", "function": {"name": "lookup", "parameters": {}}}
 
 
 def test_ids_and_text_round_trip_both_ways():
-    text = "What's 2+2?\n#### 4 {\"a\": [1]} ~"
+    text = 'What\'s 2+2?\n#### 4 {"a": [1]} ~'
     assert TOKENIZER.decode(TOKENIZER.encode(text)) == text
     ids = list(range(VOCAB_SIZE))
     assert TOKENIZER.encode(TOKENIZER.decode(ids)) == ids
