@@ -314,10 +314,10 @@ def test_the_dashboard_page_draws_every_graph_of_the_cdk_definition_in_a_headles
     definition = dashboard(monitored(stack.descriptors[EXP]))
     assert list(pages[-1]) == [widget.title for row in definition.rows for widget in row]
     assert drew, {title: drawn for title, (kind, _, drawn) in pages[-1].items() if kind == "graph" and not drawn}
-    # AND every line a SEARCH found (a metric with data) has points: each run's, this one's and earlier tests'
+    # AND every line a SEARCH found (a metric with data) has points: this run's, and those of earlier tests' runs
     for per_run in ("Completed by run and status", "Reward mean by run"):
         _, lines, drawn = pages[-1][per_run]
-        assert lines == drawn >= 2, (per_run, lines, drawn)
+        assert lines == drawn >= 1, (per_run, lines, drawn)
     assert screenshot.stat().st_size > 10_000
 
 
