@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from agent_app._results import ResultWriteError, ResultWriter
+from agent_app._results import RESULT_WRITE_ATTEMPTS, ResultWriteError, ResultWriter
 from agent_app._rollout import Rollout, RolloutRegistry
 from agent_app._sdk import BedrockAgentCoreApp, BedrockAgentCoreContext, RequestContext
 from agent_app.logging import configure_logging
@@ -69,9 +69,9 @@ class AgentCoreRLApp(BedrockAgentCoreApp):
         """Create the app.
 
         Args:
-            s3_client: boto3 S3 client for results; built on first use (``ClientFactory().client("s3")``, which
-                honours ``AWS_ENDPOINT_URL_S3``) when not given. Assigning ``app.s3_client = ...`` later
-                (ART's way) works too.
+            s3_client: boto3 S3 client for results; built on first use by ``ClientFactory`` (botocore's standard
+                retries, ``RESULT_WRITE_ATTEMPTS`` attempts; ``AWS_ENDPOINT_URL_S3`` honoured) when not given.
+                Assigning ``app.s3_client = ...`` later (ART's way) works too.
             redact_keys: payload keys (at any depth) replaced by a marker in the stored ``payload``;
                 ``_rollout.api_key`` is always redacted.
             debug: the parent's debug actions and logging.
@@ -255,7 +255,7 @@ class AgentCoreRLApp(BedrockAgentCoreApp):
         with self._writer_lock:
             if self._writer is None:
                 if self._s3_client is None:
-                    self._s3_client = ClientFactory().client("s3")
+                    self._s3_client = ClientFactory(max_attempts=RESULT_WRITE_ATTEMPTS).client("s3")
                 self._writer = ResultWriter(self._s3_client)
             return self._writer
 

@@ -1,64 +1,52 @@
-"""Storing a rollout's one result object: a conditional put, first writer wins, transient errors retried."""
+"""Storing a rollout's one result object: a conditional put, first writer wins.
+
+Transient S3 errors (503 SlowDown, 500, timeouts, dropped connections) are retried by the S3 client's botocore
+(standard mode, :data:`RESULT_WRITE_ATTEMPTS` attempts on the client the app builds). Left here is the one answer
+botocore does not retry: ``ConditionalRequestConflict`` (409), a concurrent conditional write to the same key in
+flight; the retry then sees ``PreconditionFailed`` or succeeds.
+"""
 
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import ClientError, HTTPClientError
-from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.exceptions import BotoCoreError, ClientError
 
-from rollout_contract.aws import error_code, http_status
+from rollout_contract.aws import error_code
+from rollout_contract.retry import RetryPolicy
 
-__all__ = ["Backoff", "ResultWriteError", "ResultWriter"]
+__all__ = ["RESULT_WRITE_ATTEMPTS", "WRITE_CONFLICTS", "ResultWriteError", "ResultWriter"]
 
 logger = logging.getLogger(__name__)
 
 PRECONDITION_FAILED = "PreconditionFailed"
-# S3 codes worth another attempt; any 5xx counts too. ConditionalRequestConflict (409) means a concurrent
-# conditional write to the same key is in flight: the retry then sees PreconditionFailed or succeeds.
-_TRANSIENT_CODES = frozenset(
-    {"SlowDown", "RequestTimeout", "Throttling", "ThrottlingException", "ConditionalRequestConflict"}
-)
+CONDITIONAL_REQUEST_CONFLICT = "ConditionalRequestConflict"
+#: botocore's attempts of one put on the S3 client the app builds (a result write is worth some patience).
+RESULT_WRITE_ATTEMPTS = 8
+#: Tries of a put that races another conditional write to the same key.
+WRITE_CONFLICTS = RetryPolicy(attempts=5, base_delay_s=0.1, max_delay_s=2.0)
 
 
 class ResultWriteError(RuntimeError):
-    """The result could not be stored: a final S3 error, or transient errors beyond the retry budget."""
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """How often and how patiently to retry a transient S3 error (exponential, full jitter)."""
-
-    attempts: int = 8
-    base_delay_s: float = 0.25
-    max_delay_s: float = 10.0
-
-    def delay_s(self, retry: int) -> float:
-        """Seconds to wait before retry number ``retry`` (1-based)."""
-        return random.uniform(0, min(self.max_delay_s, self.base_delay_s * 2 ** (retry - 1)))
-
-
-DEFAULT_BACKOFF = Backoff()
-
-
-def _is_transient(exc: ClientError) -> bool:
-    return error_code(exc) in _TRANSIENT_CODES or http_status(exc) >= 500
+    """The result could not be stored: a final S3 error, or transient errors beyond botocore's retries."""
 
 
 class ResultWriter:
     """Puts result objects with ``IfNoneMatch="*"``, so an existing object is never replaced."""
 
     def __init__(
-        self, s3_client: Any, *, backoff: Backoff = DEFAULT_BACKOFF, sleep: Callable[[float], None] = time.sleep
+        self,
+        s3_client: Any,
+        *,
+        conflicts: RetryPolicy = WRITE_CONFLICTS,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        """Write through ``s3_client`` (a boto3 S3 client), retrying transient errors per ``backoff``."""
+        """Write through ``s3_client`` (a boto3 S3 client, which retries transient errors itself)."""
         self.s3_client = s3_client
-        self._backoff = backoff
+        self._conflicts = conflicts
         self._sleep = sleep
 
     def write(self, bucket: str, key: str, body: bytes) -> bool:
@@ -68,36 +56,22 @@ class ResultWriter:
             ``True`` if this call stored the object; ``False`` if another writer got there first.
 
         Raises:
-            ResultWriteError: a final S3 error (no such bucket, access denied, ...), or transient errors
-                on every attempt.
+            ResultWriteError: a final S3 error (no such bucket, access denied, ...), or a transient one that
+                outlasted botocore's retries.
         """
-        for attempt in range(1, self._backoff.attempts + 1):
-            try:
-                self.s3_client.put_object(
+        try:
+            self._conflicts.call(
+                lambda: self.s3_client.put_object(
                     Bucket=bucket, Key=key, Body=body, ContentType="application/json", IfNoneMatch="*"
-                )
-                return True
-            except ClientError as exc:
-                if error_code(exc) == PRECONDITION_FAILED:
-                    logger.info("s3://%s/%s already holds a result; keeping the first writer's", bucket, key)
-                    return False
-                if not _is_transient(exc):
-                    raise ResultWriteError(f"cannot store s3://{bucket}/{key}: {exc}") from exc
-                failure: Exception = exc
-            except (BotoConnectionError, HTTPClientError) as exc:
-                failure = exc
-            if attempt < self._backoff.attempts:
-                delay = self._backoff.delay_s(attempt)
-                logger.warning(
-                    "storing s3://%s/%s failed (attempt %d of %d, retrying in %.2fs): %s",
-                    bucket,
-                    key,
-                    attempt,
-                    self._backoff.attempts,
-                    delay,
-                    failure,
-                )
-                self._sleep(delay)
-        raise ResultWriteError(
-            f"cannot store s3://{bucket}/{key}: transient errors on all {self._backoff.attempts} attempts"
-        ) from failure
+                ),
+                retry_on=lambda exc: error_code(exc) == CONDITIONAL_REQUEST_CONFLICT,
+                sleep=self._sleep,
+            )
+            return True
+        except ClientError as exc:
+            if error_code(exc) == PRECONDITION_FAILED:
+                logger.info("s3://%s/%s already holds a result; keeping the first writer's", bucket, key)
+                return False
+            raise ResultWriteError(f"cannot store s3://{bucket}/{key}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise ResultWriteError(f"cannot store s3://{bucket}/{key}: {exc}") from exc

@@ -19,7 +19,6 @@ finish) besides the invoke budget's tokens.
 from __future__ import annotations
 
 import logging
-import random
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -29,8 +28,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from botocore.exceptions import ClientError
 
-from lambdas.conditional import CONDITION_FAILED, conditional_write, n, returned_item, s
-from rollout_contract.aws import error_code
+from lambdas.conditional import conditional_write, n, s
+from rollout_contract.aws import error_reasons
 from rollout_contract.budgets import (
     ATTR_TOTAL,
     HELD_PREFIX,
@@ -53,6 +52,7 @@ from rollout_contract.lifecycle import (
 from rollout_contract.naming import PROJECT
 from rollout_contract.resources import BUDGET_PARTITION_KEY, INFLIGHT_INDEX, SESSIONS_PARTITION_KEY, TTL_ATTRIBUTE
 from rollout_contract.results import Status
+from rollout_contract.retry import TRANSACTION_CONFLICTS, transaction_conflict
 from rollout_contract.sessions import (
     ATTR_ATTEMPTS,
     ATTR_CANCEL_REQUESTED_AT,
@@ -86,13 +86,7 @@ logger = logging.getLogger(f"{PROJECT}.ledger")
 RECORD_TTL_S = 7 * 24 * 3600
 #: An experiment whose sweeper has not run for this long is gone; its slot count is dropped.
 STALE_EXPERIMENT_S = 15 * 60
-_TXN_CANCELLED = "TransactionCanceledException"
 _REASON_CONDITION = "ConditionalCheckFailed"
-_REASON_CONFLICT = "TransactionConflict"
-#: Every slot change goes through one budget item, so concurrent transactions can conflict on it; such a
-#: transaction is retried at once, up to this many attempts, with a short jittered pause between them.
-TRANSACTION_ATTEMPTS = 6
-_CONFLICT_PAUSE_S = 0.02
 _FINISH_ROUNDS = 4
 
 
@@ -186,17 +180,11 @@ class Ledger:
         one. One conditional write: its item on success is the one written, on failure the one that was there.
         """
         update = self._create(RECORD_QUEUED, key, submitted_at, deadline_at, trainer, attempts=0)
-        try:
-            response = self._dynamodb.update_item(
-                **update, ReturnValues="ALL_OLD", ReturnValuesOnConditionCheckFailure="ALL_OLD"
-            )
-        except ClientError as exc:
-            if error_code(exc) != CONDITION_FAILED:
-                raise
-            item = returned_item(exc)
-            if item is None:
-                raise
-            return Recorded(SessionRecord.from_item(item), new=False)
+        written = conditional_write(
+            self._dynamodb.update_item, **update, ReturnValues="ALL_OLD", ReturnValuesOnConditionCheckFailure="ALL_OLD"
+        )
+        if not written.ok:
+            return Recorded(SessionRecord.from_item(written.response["Item"]), new=False)
         record = SessionRecord(
             session_id=key.session_id,
             state=SessionState.QUEUED,
@@ -205,7 +193,7 @@ class Ledger:
             submitted_at=submitted_at,
             deadline_at=deadline_at,
         )
-        return Recorded(record, new="Attributes" not in response)
+        return Recorded(record, new="Attributes" not in written.response)
 
     def start(
         self,
@@ -386,16 +374,14 @@ class Ledger:
                     continue
                 if _is_finished(failed.items[0]):
                     return Transition.ALREADY_FINISHED
-            try:
-                self._dynamodb.update_item(**unstarted_update, ReturnValuesOnConditionCheckFailure="ALL_OLD")
-            except ClientError as exc:
-                if error_code(exc) != CONDITION_FAILED:
-                    raise
-                if _is_finished(returned_item(exc)):
-                    return Transition.ALREADY_FINISHED
-                try_holding = True
-                continue
-            return Transition.FINISHED
+            written = conditional_write(
+                self._dynamodb.update_item, **unstarted_update, ReturnValuesOnConditionCheckFailure="ALL_OLD"
+            )
+            if written.ok:
+                return Transition.FINISHED
+            if _is_finished(written.response.get("Item")):
+                return Transition.ALREADY_FINISHED
+            try_holding = True
         raise RuntimeError(f"session {key.session_id} kept changing while being finished; retry the event")
 
     def overdue(self, now: float) -> Iterator[SessionRecord]:
@@ -598,25 +584,22 @@ class Ledger:
     def _transact(self, *items: dict[str, Any]) -> _Cancelled | None:
         """Run a transaction; return ``None`` on success, else why each item was cancelled.
 
-        A transaction cancelled only by conflicts with concurrent ones (the shared budget item) is retried.
+        A transaction cancelled only by conflicts with concurrent ones (the shared budget item) is retried
+        (:data:`~rollout_contract.retry.TRANSACTION_CONFLICTS`).
         """
-        attempt = 1
-        while True:
-            try:
+        try:
+            TRANSACTION_CONFLICTS.call(
                 # The items are requests built as dicts (see _move); botocore validates them against the model.
-                self._dynamodb.transact_write_items(TransactItems=list(items))  # type: ignore[arg-type]
-                return None
-            except ClientError as exc:
-                if error_code(exc) != _TXN_CANCELLED:
-                    raise
-                cancellations = exc.response.get("CancellationReasons", [])
-                reasons = [reason.get("Code", "None") for reason in cancellations]
-                if _REASON_CONDITION in reasons:
-                    return _Cancelled(reasons, [reason.get("Item") for reason in cancellations])
-                if _REASON_CONFLICT not in reasons or attempt == TRANSACTION_ATTEMPTS:
-                    raise
-            self._sleep(_CONFLICT_PAUSE_S * attempt * (1 + random.random()))
-            attempt += 1
+                lambda: self._dynamodb.transact_write_items(TransactItems=list(items)),  # type: ignore[arg-type]
+                retry_on=transaction_conflict,
+                sleep=self._sleep,
+            )
+            return None
+        except ClientError as exc:
+            reasons = error_reasons(exc)
+            if _REASON_CONDITION not in reasons:
+                raise
+            return _Cancelled(reasons, [reason.get("Item") for reason in exc.response["CancellationReasons"]])
 
     def _warn_count_at_zero(self, session_id: str) -> None:
         logger.warning(

@@ -71,7 +71,16 @@ Clients = TypedDict(
     total=False,
 )
 
-__all__ = ["ClientFactory", "Clients", "Service", "error_code", "error_message", "http_status", "new_session"]
+__all__ = [
+    "ClientFactory",
+    "Clients",
+    "Service",
+    "error_code",
+    "error_message",
+    "error_reasons",
+    "http_status",
+    "new_session",
+]
 
 #: botocore's own default for its standard retry mode: a call and two retries (``total_max_attempts``, which
 #: counts the first call; botocore's ``max_attempts`` counts retries only).
@@ -239,6 +248,12 @@ def error_message(exc: Exception) -> str:
 def http_status(exc: Exception) -> int:
     """The HTTP status of a botocore ``ClientError``'s response (``0`` when there is none)."""
     return int(_response(exc).get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+
+
+def error_reasons(exc: Exception) -> list[str]:
+    """The codes of a cancelled DynamoDB transaction's ``CancellationReasons``, one per item (``"None"``: no
+    problem with that item); empty for any other error."""
+    return [str(reason.get("Code", "None")) for reason in _response(exc).get("CancellationReasons", [])]
 
 
 def _response(exc: Exception) -> Mapping[str, Any]:

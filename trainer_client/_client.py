@@ -37,6 +37,7 @@ from rollout_contract import (
 from rollout_contract.aws import ClientFactory, new_session
 from rollout_contract.messages import DEFAULT_QUEUE_TIMEOUT_S, SQS_MAX_INLINE_PAYLOAD_BYTES, validate_timeout_s
 from rollout_contract.protocol import region_of_arn
+from rollout_contract.retry import RetryPolicy
 from rollout_contract.sessions import SessionRecord
 from trainer_client._aws import AwsClients, aws_call, load_descriptor, not_found_message
 from trainer_client._batch import AsyncBatchResult, BatchResult, BatchSettings
@@ -74,7 +75,8 @@ logger = logging.getLogger("trainer_client")
 
 _SQS_BATCH_ENTRIES = 10
 _SQS_BATCH_BYTES = 256 * 1024
-_SUBMIT_ATTEMPTS = 3
+#: Entries of a batch the dispatch queue refused (``Failed`` in its answer, which botocore does not retry).
+SUBMIT_REFUSALS = RetryPolicy(attempts=3, base_delay_s=0.1, max_delay_s=1.0)
 
 
 class RolloutClient:
@@ -427,37 +429,43 @@ class RolloutClient:
         futures: Sequence[RolloutFuture],
         journal: Journal | None = None,
     ) -> None:
-        """Send requests in batches, retrying refusals; what stays refused fails its future with ``SubmitError``."""
-        pending = {
+        """Send requests in batches, retrying the entries the queue refused (:data:`SUBMIT_REFUSALS`; a call that
+        failed, botocore retried already); what fails for good fails its future with ``SubmitError``."""
+        entries = {
             request.session_id: (str(request.key), request.to_body(), future)
             for request, future in zip(requests, futures, strict=True)
         }
-        for attempt in range(_SUBMIT_ATTEMPTS):
-            failures: dict[str, str] = {}
-            for chunk in _chunks([(sid, body) for sid, (_, body, _) in pending.items()]):
+        pending, failed = list(entries), dict[str, str]()
+        for attempt in range(1, SUBMIT_REFUSALS.attempts + 1):
+            refused: dict[str, str] = {}
+            for chunk in _chunks([(sid, entries[sid][1]) for sid in pending]):
                 try:
                     response = self._clients.sqs.send_message_batch(
                         QueueUrl=self.dispatch_queue_url,
                         Entries=[{"Id": str(i), "MessageBody": body} for i, (_, body) in enumerate(chunk)],
                     )
                 except (BotoCoreError, BotoClientError) as exc:
-                    failures.update((sid, str(exc)) for sid, _ in chunk)
+                    failed.update((sid, str(exc)) for sid, _ in chunk)
                     continue
-                refused = {}
-                for failure in response.get("Failed", []):
-                    sid = chunk[int(failure["Id"])][0]
-                    refused[sid] = f"{failure.get('Code')}: {failure.get('Message')}"
-                failures.update(refused)
+                in_chunk = {
+                    chunk[int(entry["Id"])][0]: f"{entry.get('Code')}: {entry.get('Message')}"
+                    for entry in response.get("Failed", [])
+                }
+                refused.update(in_chunk)
                 if journal is not None:
-                    journal.mark_sent(pending[sid][0] for sid, _ in chunk if sid not in refused)
-            pending = {sid: pending[sid] for sid in failures}
+                    journal.mark_sent(entries[sid][0] for sid, _ in chunk if sid not in in_chunk)
+            pending = list(refused)
             if not pending:
-                return
-            logger.warning("dispatch queue refused %d request(s) (attempt %d)", len(pending), attempt + 1)
-        if journal is not None:
-            journal.mark_refused(key for key, _, _ in pending.values())
-        for sid, (_, _, future) in pending.items():
-            self._poller.fail(future, SubmitError(f"dispatch queue refused rollout {sid}: {failures[sid]}"))
+                break
+            logger.warning("dispatch queue refused %d request(s) (attempt %d)", len(pending), attempt)
+            if attempt < SUBMIT_REFUSALS.attempts:
+                time.sleep(SUBMIT_REFUSALS.delay_s(attempt))
+            else:
+                failed.update(refused)
+        if journal is not None and failed:
+            journal.mark_refused(entries[sid][0] for sid in failed)
+        for sid, reason in failed.items():
+            self._poller.fail(entries[sid][2], SubmitError(f"dispatch queue refused rollout {sid}: {reason}"))
 
     def _resolve_stored(self, futures: Sequence[RolloutFuture]) -> set[RolloutFuture]:
         """Resolve the futures whose result is already stored (e.g. a session id used before); return them."""

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from rollout_contract.resources import SESSIONS_PARTITION_KEY, TTL_ATTRIBUTE
+from rollout_contract.retry import TRANSACTION_CONFLICTS, transaction_conflict
 from rollout_contract.sessions import ATTR_ALIVE_UNTIL, ATTR_TRAINER, trainer_item_key
 
 if TYPE_CHECKING:
@@ -38,7 +39,6 @@ logger = logging.getLogger("trainer_client")
 _ITEM_TTL_S = 7 * 24 * 3600
 #: TransactWriteItems takes at most 100 actions.
 _CLAIM_CHUNK = 100
-_CLAIM_ATTEMPTS = 5
 #: Rollouts whose recorded trainer is remembered (the trainer of a rollout changes only on ``attach``).
 _REMEMBER_OWNERS = 1 << 16
 
@@ -147,15 +147,9 @@ class Ownership:
                     self._owners.pop(session_id, None)
 
     def _transact(self, items: list[TransactWriteItemTypeDef]) -> None:
-        for attempt in range(1, _CLAIM_ATTEMPTS + 1):
-            try:
-                self._dynamodb.transact_write_items(TransactItems=items)
-                return
-            except ClientError as exc:
-                reasons = {reason.get("Code") for reason in exc.response.get("CancellationReasons", [])}
-                if attempt == _CLAIM_ATTEMPTS or "TransactionConflict" not in reasons:
-                    raise
-            time.sleep(0.05 * attempt)
+        TRANSACTION_CONFLICTS.call(
+            lambda: self._dynamodb.transact_write_items(TransactItems=items), retry_on=transaction_conflict
+        )
 
     def whose(self, session_id: str) -> Claim:
         """Whose the event of rollout ``session_id`` is (this client does not hold a future for it)."""

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.awsrequest import AWSResponse
 from starlette.testclient import TestClient
 
 from rollout_contract.protocol import SESSION_HEADER, PingStatus
@@ -82,22 +82,29 @@ class SlowS3:
         return self._inner.put_object(**kwargs)
 
 
-class FlakyS3:
-    """An S3 client whose first ``failures`` ``put_object`` calls fail with a transient 503 SlowDown."""
+def failing_puts(client: Any, failures: int, *, code: str = "InternalError", status: int = 500) -> list[int]:
+    """Make the first ``failures`` PutObject requests of a real boto3 ``client`` answer ``status``/``code`` before
+    they reach S3 (botocore's retries see them as S3's answers); returns the list of attempts, one entry each."""
+    attempts: list[int] = []
+    error = f"<Error><Code>{code}</Code><Message>injected</Message></Error>".encode()
 
-    def __init__(self, inner: Any, failures: int) -> None:
-        self._inner = inner
-        self._failures = failures
-        self.calls = 0
+    def before_send(request: Any, **_: Any) -> AWSResponse | None:
+        attempts.append(1)
+        if len(attempts) > failures:
+            return None
+        # botocore hands the request to every before-send handler: moto's must not find (and store) it.
+        request.url = "https://failing.invalid/"
+        return AWSResponse(request.url, status, {}, _Raw(error))
 
-    def put_object(self, **kwargs: Any) -> Any:
-        self.calls += 1
-        if self.calls <= self._failures:
-            raise ClientError(
-                {
-                    "Error": {"Code": "SlowDown", "Message": "Please reduce your request rate."},
-                    "ResponseMetadata": {"HTTPStatusCode": 503},
-                },
-                "PutObject",
-            )
-        return self._inner.put_object(**kwargs)
+    client.meta.events.register_first("before-send.s3.PutObject", before_send)
+    return attempts
+
+
+class _Raw:
+    """The raw body of a made-up response."""
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def stream(self, **_: Any) -> Any:
+        yield self._body

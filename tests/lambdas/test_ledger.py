@@ -7,9 +7,10 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 
-from lambdas.ledger import TRANSACTION_ATTEMPTS, Admission, Ledger, Transition
+from lambdas.ledger import Admission, Ledger, Transition
 from rollout_contract.resources import SESSIONS_PARTITION_KEY
 from rollout_contract.results import Status
+from rollout_contract.retry import TRANSACTION_CONFLICTS
 from rollout_contract.sessions import ATTR_TRAINER, SessionState
 from tests.lambdas.conftest import CallCounter, Env
 
@@ -161,7 +162,7 @@ def test_a_transaction_that_keeps_conflicting_raises_after_its_attempts(env: Env
     # GIVEN a budget item so contended that every attempt conflicts
     request = env.start_request()
     queued = env.record_queued(request).record
-    dynamodb = _ConflictingDynamoDB(env.rt.clients.dynamodb, conflicts=TRANSACTION_ATTEMPTS)
+    dynamodb = _ConflictingDynamoDB(env.rt.clients.dynamodb, conflicts=TRANSACTION_CONFLICTS.attempts)
 
     # WHEN the dispatcher asks for a slot THEN the error surfaces (the message is retried by SQS) and no slot is held
     with pytest.raises(ClientError, match="TransactionCanceled"):

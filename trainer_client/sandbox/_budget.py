@@ -26,6 +26,7 @@ from lambdas.tps import TpsBudget
 from rollout_contract.keys import ResultKey
 from rollout_contract.protocol import RETRYABLE_ERROR_CODES
 from rollout_contract.results import Status
+from rollout_contract.retry import RetryPolicy
 from trainer_client.sandbox._types import SandboxCapacityError, SandboxError, SandboxProtocolError
 
 if TYPE_CHECKING:
@@ -43,7 +44,8 @@ STOP_TOKEN_WAIT_S = 5.0
 #: Attempts (default) of one call that fails in a way that may pass (throttled, a cold start's 424, 5xx, no connection):
 #: every sandbox request is idempotent (a command is addressed by its invocation id), so a retry is safe.
 CALL_ATTEMPTS = 5
-_BACKOFF_S = (0.5, 1.0, 2.0, 4.0)
+#: Waits between a call's attempts (each attempt spends its own invoke token, so botocore makes one).
+_BACKOFF_BASE_S, _BACKOFF_MAX_S = 1.0, 8.0
 #: botocore's error when a call's answer did not come within the client's read timeout: the command still runs.
 _READ_TIMEOUT = "ReadTimeoutError"
 
@@ -87,7 +89,7 @@ class SandboxBudget:
         if attempts < 1:
             raise ValueError(f"max_retry_attempts must be at least 1, got {attempts}")
         self.trainer_id = trainer_id
-        self._attempts = attempts
+        self._retry = RetryPolicy(attempts=attempts, base_delay_s=_BACKOFF_BASE_S, max_delay_s=_BACKOFF_MAX_S)
         self._clock, self._sleep = clock, sleep
         self.ledger = Ledger(
             dynamodb,
@@ -159,16 +161,16 @@ class SandboxBudget:
             SandboxProtocolError: the answer is not a JSON object.
         """
         body = Acr.encode(payload)
-        for attempt in range(self._attempts):
+
+        def attempt() -> bytes:
             try:
-                raw = self._invoke(session_id, body)
-                break
+                return self._invoke(session_id, body)
             except RetryableAcrError as exc:
                 if exc.code == _READ_TIMEOUT:
                     raise StillRunning(str(exc)) from exc
-                if attempt == self._attempts - 1 or not _transient(exc):
-                    raise
-                self._sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])
+                raise
+
+        raw = self._retry.call(attempt, retry_on=_transient, sleep=self._sleep)
         try:
             answer = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -213,6 +215,8 @@ class SandboxBudget:
                 self._sleep(exc.retry_after_s)
 
 
-def _transient(exc: RetryableAcrError) -> bool:
-    """Whether a retryable failure may pass on a retry soon: ACR's retryable codes, 5xx, no connection."""
-    return exc.code in RETRYABLE_ERROR_CODES or exc.http_status >= 500 or exc.http_status == 0
+def _transient(exc: Exception) -> bool:
+    """Whether a failed call may pass on a retry soon: ACR's retryable codes, 5xx, no connection."""
+    return isinstance(exc, RetryableAcrError) and (
+        exc.code in RETRYABLE_ERROR_CODES or exc.http_status >= 500 or exc.http_status == 0
+    )
