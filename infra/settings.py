@@ -1,8 +1,10 @@
-"""Typed deploy settings and their parsing from CDK context values (``-c name=value``).
+"""Typed deploy settings (pydantic models) and their reading from CDK context values (``-c name=value``).
 
-:func:`experiment_settings` turns the raw context strings into :class:`ExperimentSettings`, raising
-:class:`ContextError` with a message that names the ``-c`` flag to fix. Nothing here reads the
-environment or the CDK app; ``infra/app.py`` does that once and passes the values in.
+:class:`ExperimentSettings` declares each flag (its field or alias is the flag's name), its default and bounds;
+:func:`experiment_settings` turns the raw context strings into it, raising :class:`ContextError` with a message
+that names the ``-c`` flag to fix (one translation of pydantic's errors, D82). The flags that several fields
+or a structure come from (the image, the VPC, an adopted runtime) are read into their models first. Nothing here
+reads the environment or the CDK app; ``infra/app.py`` does that once and passes the values in.
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from typing import Any
+
+from annotated_types import Ge, Le
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rollout_contract.ids import InvalidIdError, validate_experiment
 from rollout_contract.protocol import (
@@ -101,22 +106,23 @@ class ContextError(ValueError):
     """A CDK context value (``-c name=value``) is missing or invalid."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class ImageTag:
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class ImageTag(_Frozen):
     """Run the agent image ``<shared ECR repository>:<tag>`` (pushed before the deploy)."""
 
     tag: str
 
 
-@dataclass(frozen=True, kw_only=True)
-class ImageDirectory:
+class ImageDirectory(_Frozen):
     """Build the agent image from a directory holding a Dockerfile, at deploy time (needs Docker then)."""
 
     path: str
 
 
-@dataclass(frozen=True, kw_only=True)
-class VpcPlacement:
+class VpcPlacement(_Frozen):
     """Run the agent sessions in existing subnets of an existing VPC, with existing security groups."""
 
     vpc_id: str
@@ -124,8 +130,7 @@ class VpcPlacement:
     security_group_ids: tuple[str, ...]
 
 
-@dataclass(frozen=True, kw_only=True)
-class AdoptedRuntime:
+class AdoptedRuntime(_Frozen):
     """An ACR runtime that exists already (the agentcore CLI's, ART's scripts'): the stack builds around it.
 
     The stack never changes the runtime; it attaches one statement to ``role_arn`` (the runtime's execution
@@ -161,27 +166,28 @@ class AdoptedRuntime:
         return self.arn.split(":")[4]
 
 
-@dataclass(frozen=True, kw_only=True)
-class ExperimentSettings:
-    """Everything that differs between two experiment stacks."""
+class ExperimentSettings(BaseModel):
+    """Everything that differs between two experiment stacks; a field's alias (or name) is its ``-c`` flag."""
 
-    exp_id: str
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    exp_id: str = Field(alias="experiment")
     #: ``None`` when no image flag was given: synth and deploy then fail naming the flag (see
     #: :data:`MISSING_IMAGE`), while ``cdk destroy -c experiment=NAME`` still works.
-    image: ImageTag | ImageDirectory | None
-    idle_timeout_s: int = DEFAULT_IDLE_TIMEOUT_S
-    max_lifetime_s: int = DEFAULT_MAX_LIFETIME_S
-    agent_environment: Mapping[str, str] = field(default_factory=dict)
+    image: ImageTag | ImageDirectory | None = None
+    idle_timeout_s: int = Field(default=DEFAULT_IDLE_TIMEOUT_S, ge=LIFECYCLE_MIN_S, le=LIFECYCLE_MAX_S)
+    max_lifetime_s: int = Field(default=DEFAULT_MAX_LIFETIME_S, ge=LIFECYCLE_MIN_S, le=LIFECYCLE_MAX_S)
+    agent_environment: Mapping[str, str] = Field(default_factory=dict, alias="agent_env")
     vpc: VpcPlacement | None = None
     gateway_url: str | None = None
     #: The model name trainers that name none send (the descriptor's ``model_id``).
     model_id: str | None = None
     #: ``_rollout`` fields the agent needs; trainers refuse a submit without them (the descriptor's).
     required_rollout_fields: tuple[str, ...] = ()
-    tps_limit: float = DEFAULT_INVOKE_TPS
-    session_budget: int = int(DEFAULT_ACTIVE_SESSION_QUOTA * 0.9)
-    dispatcher_max_concurrency: int = 5
-    dispatcher_reserved_concurrency: int | None = None
+    tps_limit: float = Field(default=DEFAULT_INVOKE_TPS, gt=0)
+    session_budget: int = Field(default=int(DEFAULT_ACTIVE_SESSION_QUOTA * 0.9), ge=1, le=100_000)
+    dispatcher_max_concurrency: int = Field(default=5, ge=MAX_CONCURRENCY_MIN, le=MAX_CONCURRENCY_MAX)
+    dispatcher_reserved_concurrency: int | None = Field(default=None, ge=1, le=10_000)
     #: The agent's result writes must carry ``If-None-Match: *`` (IAM condition ``s3:if-none-match``); off for agent
     #: images that write without it (an unmodified ART 0.2.0 agent), at the price of a late write overwriting.
     first_writer_wins: bool = True
@@ -193,6 +199,65 @@ class ExperimentSettings:
     #: An SNS topic every alarm of the experiment notifies (``-c alarm_topic_arn``); ``None``: no alarm actions.
     alarm_topic_arn: str | None = None
 
+    @field_validator("exp_id")
+    @classmethod
+    def _experiment(cls, exp_id: str) -> str:
+        try:
+            return validate_experiment(exp_id)
+        except InvalidIdError as exc:
+            raise ContextError(f"-c experiment: {exc}") from exc
+
+    @field_validator("agent_environment", mode="before")
+    @classmethod
+    def _environment(cls, raw: Any) -> Any:
+        if not isinstance(raw, str):
+            return raw
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ContextError(f"-c agent_env is not JSON ({exc}); give an object, e.g. {_ENV_EXAMPLE}") from exc
+        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            raise ContextError(f"-c agent_env must be a JSON object of strings, e.g. {_ENV_EXAMPLE}")
+        return value
+
+    @field_validator("required_rollout_fields", mode="before")
+    @classmethod
+    def _field_names(cls, raw: Any) -> Any:
+        if not isinstance(raw, str):
+            return raw
+        names = _split(raw)
+        bad = [part for part in names if not part.isidentifier()]
+        if bad:
+            raise ContextError(
+                f"-c required_rollout_fields={raw!r}: {', '.join(bad)} is not a _rollout field name; "
+                "e.g. model_id,base_url"
+            )
+        return names
+
+    @field_validator("first_writer_wins", mode="before")
+    @classmethod
+    def _boolean(cls, raw: Any) -> Any:
+        return _boolean(raw, "first_writer_wins")
+
+    @field_validator("alarm_topic_arn")
+    @classmethod
+    def _topic_arn(cls, arn: str | None) -> str | None:
+        if arn is not None and _TOPIC_ARN.match(arn) is None:
+            raise ContextError(
+                f"-c alarm_topic_arn={arn!r} is not an SNS topic ARN; expected e.g. "
+                "arn:aws:sns:us-west-2:123456789012:rollout-alarms (`aws sns list-topics` lists yours)"
+            )
+        return arn
+
+    @model_validator(mode="after")
+    def _lifecycle(self) -> ExperimentSettings:
+        if self.idle_timeout_s > self.max_lifetime_s:
+            raise ContextError(
+                f"-c idle_timeout_s={self.idle_timeout_s} exceeds -c max_lifetime_s={self.max_lifetime_s}; "
+                "lower the idle timeout"
+            )
+        return self
+
 
 def experiment_settings(context: Mapping[str, str | None]) -> ExperimentSettings:
     """Build :class:`ExperimentSettings` from context values (absent flags map to ``None`` or are left out).
@@ -200,59 +265,63 @@ def experiment_settings(context: Mapping[str, str | None]) -> ExperimentSettings
     Raises:
         ContextError: a flag is missing or malformed; the message names the flag and an example.
     """
-    exp_id = _text(context, "experiment")
-    if exp_id is None:
+    flags = {name: text for name in CONTEXT_FLAGS if (text := _text(context, name)) is not None}
+    if "experiment" not in flags:
         raise ContextError(
             "missing -c experiment=NAME: name the experiment to deploy, e.g. "
             "`npx cdk deploy -c experiment=gsm8k-grpo-1 -c image_tag=v1`"
         )
+    sandbox = _boolean(flags.get("sandbox", "false"), "sandbox")
     try:
-        validate_experiment(exp_id)
-    except InvalidIdError as exc:
-        raise ContextError(f"-c experiment: {exc}") from exc
-    idle = _integer(context, "idle_timeout_s", DEFAULT_IDLE_TIMEOUT_S, LIFECYCLE_MIN_S, LIFECYCLE_MAX_S)
-    lifetime = _integer(context, "max_lifetime_s", DEFAULT_MAX_LIFETIME_S, LIFECYCLE_MIN_S, LIFECYCLE_MAX_S)
-    if idle > lifetime:
-        raise ContextError(f"-c idle_timeout_s={idle} exceeds -c max_lifetime_s={lifetime}; lower the idle timeout")
-    reserved = _text(context, "dispatcher_reserved_concurrency")
-    adopted = _adopted_runtime(context)
-    return ExperimentSettings(
-        adopted_runtime=adopted,
-        exp_id=exp_id,
-        image=_image(context),
-        idle_timeout_s=idle,
-        max_lifetime_s=lifetime,
-        agent_environment=_environment(context),
-        vpc=_vpc(context),
-        gateway_url=_text(context, "gateway_url"),
-        model_id=_text(context, "model_id"),
-        required_rollout_fields=_field_names(context, "required_rollout_fields"),
-        tps_limit=_number(context, "tps_limit", float(DEFAULT_INVOKE_TPS)),
-        session_budget=_integer(context, "session_budget", int(DEFAULT_ACTIVE_SESSION_QUOTA * 0.9), 1, 100_000),
-        dispatcher_max_concurrency=_integer(
-            context, "dispatcher_max_concurrency", 5, MAX_CONCURRENCY_MIN, MAX_CONCURRENCY_MAX
-        ),
-        dispatcher_reserved_concurrency=(
-            None if reserved is None else _integer(context, "dispatcher_reserved_concurrency", 0, 1, 10_000)
-        ),
-        first_writer_wins=_boolean(context, "first_writer_wins", default=True),
-        kind=ExperimentKind.SANDBOX if _boolean(context, "sandbox", default=False) else ExperimentKind.AGENT,
-        alarm_topic_arn=_topic_arn(context),
-    )
-
-
-def _topic_arn(context: Mapping[str, str | None]) -> str | None:
-    arn = _text(context, "alarm_topic_arn")
-    if arn is not None and _TOPIC_ARN.match(arn) is None:
-        raise ContextError(
-            f"-c alarm_topic_arn={arn!r} is not an SNS topic ARN; expected e.g. "
-            "arn:aws:sns:us-west-2:123456789012:rollout-alarms (`aws sns list-topics` lists yours)"
+        return ExperimentSettings.model_validate(
+            {
+                **flags,
+                # An adopted runtime first: its error names the runtime flags that must go.
+                "adopted_runtime": _adopted_runtime(flags),
+                "image": _image(flags),
+                "vpc": _vpc(flags),
+                "kind": ExperimentKind.SANDBOX if sandbox else ExperimentKind.AGENT,
+            }
         )
-    return arn
+    except ValidationError as exc:
+        raise _context_error(exc) from None
 
 
-def _adopted_runtime(context: Mapping[str, str | None]) -> AdoptedRuntime | None:
-    arn, role = _text(context, "runtime_arn"), _text(context, "runtime_role_arn")
+def _context_error(exc: ValidationError) -> ContextError:
+    """The first of pydantic's errors as a message naming the ``-c`` flag, its value and what to give."""
+    error = exc.errors()[0]
+    reason = error.get("ctx", {}).get("error")
+    if isinstance(reason, ContextError):
+        return reason
+    flag, raw = str(error["loc"][0]), error["input"]
+    field = ExperimentSettings.model_fields[_FIELD_OF_FLAG.get(flag, flag)]
+    if field.annotation in (float, float | None):
+        if error["type"] == "float_parsing":
+            return ContextError(f"-c {flag}={raw!r} is not a number; give a positive number, e.g. 25")
+        return ContextError(f"-c {flag}={float(raw)} must be positive, e.g. 25")
+    low = next(bound.ge for bound in field.metadata if isinstance(bound, Ge))
+    high = next(bound.le for bound in field.metadata if isinstance(bound, Le))
+    if error["type"] == "int_parsing":
+        return ContextError(f"-c {flag}={raw!r} is not an integer; give a whole number from {low} to {high}")
+    return ContextError(f"-c {flag}={int(raw)} is out of range; give a whole number from {low} to {high}")
+
+
+#: Fields whose flag is another name (their alias).
+_FIELD_OF_FLAG = {
+    str(info.alias): name for name, info in ExperimentSettings.model_fields.items() if info.alias is not None
+}
+
+
+def _boolean(raw: Any, flag: str) -> Any:
+    if isinstance(raw, str):
+        if raw.lower() not in ("true", "false"):
+            raise ContextError(f"-c {flag}={raw!r} is not a boolean; give true or false")
+        return raw.lower() == "true"
+    return raw
+
+
+def _adopted_runtime(flags: Mapping[str, str]) -> AdoptedRuntime | None:
+    arn, role = flags.get("runtime_arn"), flags.get("runtime_role_arn")
     if arn is None:
         if role is not None:
             raise ContextError("-c runtime_role_arn is only for an adopted runtime: give -c runtime_arn=ARN with it")
@@ -277,7 +346,7 @@ def _adopted_runtime(context: Mapping[str, str | None]) -> AdoptedRuntime | None
             f"-c runtime_role_arn is in account {matched['account']}, the runtime in {runtime['account']}: give the "
             f"runtime's own execution role ({_FIND_ROLE.format(id=runtime['id'])})"
         )
-    given = [f"-c {flag}" for flag in RUNTIME_FLAGS if _text(context, flag) is not None]
+    given = [f"-c {flag}" for flag in RUNTIME_FLAGS if flag in flags]
     if given:
         raise ContextError(
             f"{', '.join(given)} configure a runtime this stack creates; with -c runtime_arn the runtime keeps its own "
@@ -295,52 +364,8 @@ def _text(context: Mapping[str, str | None], name: str) -> str | None:
     return value or None
 
 
-def _field_names(context: Mapping[str, str | None], name: str) -> tuple[str, ...]:
-    raw = _text(context, name)
-    names = tuple(part.strip() for part in (raw or "").split(",") if part.strip())
-    bad = [part for part in names if not part.isidentifier()]
-    if bad:
-        raise ContextError(f"-c {name}={raw!r}: {', '.join(bad)} is not a _rollout field name; e.g. model_id,base_url")
-    return names
-
-
-def _boolean(context: Mapping[str, str | None], name: str, *, default: bool) -> bool:
-    raw = _text(context, name)
-    if raw is None:
-        return default
-    if raw.lower() not in ("true", "false"):
-        raise ContextError(f"-c {name}={raw!r} is not a boolean; give true or false")
-    return raw.lower() == "true"
-
-
-def _integer(context: Mapping[str, str | None], name: str, default: int, low: int, high: int) -> int:
-    raw = _text(context, name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ContextError(f"-c {name}={raw!r} is not an integer; give a whole number from {low} to {high}") from None
-    if not low <= value <= high:
-        raise ContextError(f"-c {name}={value} is out of range; give a whole number from {low} to {high}")
-    return value
-
-
-def _number(context: Mapping[str, str | None], name: str, default: float) -> float:
-    raw = _text(context, name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ContextError(f"-c {name}={raw!r} is not a number; give a positive number, e.g. 25") from None
-    if value <= 0:
-        raise ContextError(f"-c {name}={value} must be positive, e.g. 25")
-    return value
-
-
-def _image(context: Mapping[str, str | None]) -> ImageTag | ImageDirectory | None:
-    tag, directory = _text(context, "image_tag"), _text(context, "agent_dir")
+def _image(flags: Mapping[str, str]) -> ImageTag | ImageDirectory | None:
+    tag, directory = flags.get("image_tag"), flags.get("agent_dir")
     if tag and directory:
         raise ContextError(
             "-c image_tag and -c agent_dir are both set; give one (a pushed tag, or a directory to build)"
@@ -350,23 +375,9 @@ def _image(context: Mapping[str, str | None]) -> ImageTag | ImageDirectory | Non
     return None if tag is None else ImageTag(tag=tag)
 
 
-def _environment(context: Mapping[str, str | None]) -> dict[str, str]:
-    raw = _text(context, "agent_env")
-    if raw is None:
-        return {}
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ContextError(f"-c agent_env is not JSON ({exc}); give an object, e.g. {_ENV_EXAMPLE}") from exc
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise ContextError(f"-c agent_env must be a JSON object of strings, e.g. {_ENV_EXAMPLE}")
-    return value
-
-
-def _vpc(context: Mapping[str, str | None]) -> VpcPlacement | None:
+def _vpc(flags: Mapping[str, str]) -> VpcPlacement | None:
     names = ("vpc_id", "subnet_ids", "security_group_ids")
-    values = {name: _text(context, name) for name in names}
-    given = [name for name, value in values.items() if value]
+    given = [name for name in names if name in flags]
     if not given:
         return None
     missing = [f"-c {name}=..." for name in names if name not in given]
@@ -375,7 +386,7 @@ def _vpc(context: Mapping[str, str | None]) -> VpcPlacement | None:
             f"VPC mode needs all of -c vpc_id, -c subnet_ids and -c security_group_ids; missing {', '.join(missing)} "
             "(lists are comma-separated: -c subnet_ids=subnet-a,subnet-b)"
         )
-    ids = {name: _split(values[name]) for name in names}
+    ids = {name: _split(flags[name]) for name in names}
     for name, parts in ids.items():
         bad = [part for part in parts if not _AWS_ID_PATTERNS[name].match(part)]
         if bad or not parts:

@@ -1,10 +1,12 @@
-"""Settings as small value objects with named defaults."""
+"""Settings as small frozen pydantic models with named defaults (D82)."""
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, TypedDict
+
+from pydantic import BaseModel, ConfigDict
 
 from rollout_contract.messages import SAVE_FIELDS
 from trainer_client._exceptions import MissingRolloutFieldError
@@ -25,7 +27,7 @@ __all__ = [
 DEFAULT_ROLLOUT_TIMEOUT_S = 900.0
 
 
-class PollSettings(NamedTuple):
+class PollSettings(BaseModel):
     """How the completion poller reads the completion queue.
 
     Attributes:
@@ -49,6 +51,8 @@ class PollSettings(NamedTuple):
             returns, so while one reads its batch's results the next event goes to another.
     """
 
+    model_config = ConfigDict(frozen=True)
+
     wait_time_s: int = 20
     max_messages: int = 10
     fetch_workers: int = 8
@@ -62,7 +66,7 @@ class PollSettings(NamedTuple):
     lease_cache_s: float = 5.0
 
 
-class TraceSettings(NamedTuple):
+class TraceSettings(BaseModel):
     """How token traces are read from the gateway after a result arrives.
 
     ``trainer_client.gateway`` answers one exact read once the session's model calls and trace writes are
@@ -75,6 +79,8 @@ class TraceSettings(NamedTuple):
         timeout_s: HTTP timeout per read, on top of ``settle_s``.
         settle_s: how long the gateway may wait for the session's calls still in flight.
     """
+
+    model_config = ConfigDict(frozen=True)
 
     attempts: int = 4
     delay_s: float = 0.25

@@ -100,6 +100,10 @@ def test_malformed_subnet_id_is_rejected_with_an_example() -> None:
         ("tps_limit", "-1", r"-c tps_limit=-1.0 must be positive"),
         ("agent_env", "[1]", r"-c agent_env must be a JSON object of strings"),
         ("agent_env", "{", r"-c agent_env is not JSON"),
+        ("session_budget", "0", r"-c session_budget=0 is out of range; give a whole number from 1 to 100000"),
+        ("dispatcher_reserved_concurrency", "many", r"'many' is not an integer; give a whole number from 1 to 10000"),
+        ("tps_limit", "fast", r"-c tps_limit='fast' is not a number; give a positive number"),
+        ("sandbox", "yes", r"-c sandbox='yes' is not a boolean; give true or false"),
     ],
 )
 def test_bad_values_name_their_flag(flag: str, value: str, message: str) -> None:
