@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
@@ -32,6 +32,9 @@ from rollout_contract.ids import InvalidIdError, new_session_id, validate_sessio
 from rollout_contract.keys import RESULT_SUFFIX, ResultKey
 from rollout_contract.messages import MissingRolloutFieldsError, RolloutSpec
 from rollout_contract.results import ROLLOUT_FIELD, RolloutResult, Timings, redact_payload
+
+if TYPE_CHECKING:
+    from types_boto3_s3 import S3Client
 
 __all__ = ["AgentCoreRLApp"]
 
@@ -60,7 +63,7 @@ class AgentCoreRLApp(BedrockAgentCoreApp):
     def __init__(
         self,
         *,
-        s3_client: Any | None = None,
+        s3_client: S3Client | None = None,
         redact_keys: Iterable[str] = (),
         debug: bool = False,
         lifespan: Callable[[Any], contextlib.AbstractAsyncContextManager[Any]] | None = None,
@@ -93,12 +96,12 @@ class AgentCoreRLApp(BedrockAgentCoreApp):
             configure_logging()
 
     @property
-    def s3_client(self) -> Any:
+    def s3_client(self) -> S3Client:
         """The boto3 S3 client results are written with (built on first use)."""
         return self._result_writer().s3_client
 
     @s3_client.setter
-    def s3_client(self, client: Any) -> None:
+    def s3_client(self, client: S3Client) -> None:
         with self._writer_lock:
             self._s3_client = client
             self._writer = None

@@ -11,12 +11,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from rollout_contract.aws import error_code
 from rollout_contract.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from types_boto3_s3 import S3Client
+
 
 __all__ = ["RESULT_WRITE_ATTEMPTS", "WRITE_CONFLICTS", "ResultWriteError", "ResultWriter"]
 
@@ -39,7 +43,7 @@ class ResultWriter:
 
     def __init__(
         self,
-        s3_client: Any,
+        s3_client: S3Client,
         *,
         conflicts: RetryPolicy = WRITE_CONFLICTS,
         sleep: Callable[[float], None] = time.sleep,

@@ -68,6 +68,9 @@ from trainer_client._validate import check_json, check_payload
 
 if TYPE_CHECKING:
     import httpx
+    from types_boto3_bedrock_agentcore import BedrockAgentCoreClient
+    from types_boto3_s3 import S3Client
+    from types_boto3_ssm import SSMClient
 
 __all__ = ["RolloutClient"]
 
@@ -169,7 +172,7 @@ class RolloutClient:
             max_pool_connections=max(max_pool_connections, poll.fetch_workers + poll.receivers + 1),
         )
         self._clients = clients or AwsClients.build(self._factory)
-        self._agentcore_client: Any = None
+        self._agentcore_client: BedrockAgentCoreClient | None = None
         self.dispatch_queue_url = dispatch_queue_url or self._queue_url(self.resources.dispatch_queue.name)
         self.completion_queue_url = completion_queue_url or self._queue_url(self.resources.completion_queue.name)
         self.gateway_url = gateway_url
@@ -220,7 +223,7 @@ class RolloutClient:
         *,
         run: str | None = None,
         region: str | None = None,
-        ssm: Any = None,
+        ssm: SSMClient | None = None,
         **kwargs: Any,
     ) -> RolloutClient:
         """Connect to experiment ``exp_id`` using the descriptor its stack published in SSM.
@@ -264,12 +267,12 @@ class RolloutClient:
         return cls(descriptor.runtime_arn, descriptor.results_bucket, join_exp_id(descriptor.exp_id, run), **options)
 
     @property
-    def s3_client(self) -> Any:
+    def s3_client(self) -> S3Client:
         """The boto3 S3 client results are read with (ART's attribute)."""
         return self._clients.s3
 
     @property
-    def agentcore_client(self) -> Any:
+    def agentcore_client(self) -> BedrockAgentCoreClient:
         """A boto3 ``bedrock-agentcore`` client in the runtime's region (ART's attribute; built on first use).
 
         The dispatcher invokes and the finisher stops sessions, so this client uses it for nothing itself.

@@ -25,13 +25,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.resources import files
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollout_contract import monitoring as spec
 from rollout_contract.ids import join_exp_id
 from rollout_contract.metrics import RUN_DIMENSION, alarm_name_prefix
 from rollout_contract.protocol import DEFAULT_MAX_LIFETIME_S
 from rollout_contract.resources import ExperimentDescriptor, ExperimentResources
+
+if TYPE_CHECKING:
+    from types_boto3_cloudwatch import CloudWatchClient
 
 __all__ = ["DashboardReader", "evaluate", "monitored", "server"]
 
@@ -78,7 +81,9 @@ class DashboardReader:
     """Reads every widget's series from CloudWatch, for one experiment (``run``: only that run's lines in
     the per-run widgets)."""
 
-    def __init__(self, descriptor: ExperimentDescriptor, cloudwatch: Any, *, run: str | None = None) -> None:
+    def __init__(
+        self, descriptor: ExperimentDescriptor, cloudwatch: CloudWatchClient, *, run: str | None = None
+    ) -> None:
         self.descriptor = descriptor
         self.run = run
         self.title = join_exp_id(descriptor.exp_id, run)

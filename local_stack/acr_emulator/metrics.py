@@ -11,10 +11,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rollout_contract.monitoring import RUNTIME_NAMESPACE, runtime_dimensions
 from rollout_contract.protocol import DEFAULT_QUALIFIER, THROTTLING
+
+if TYPE_CHECKING:
+    from types_boto3_cloudwatch import CloudWatchClient
+    from types_boto3_cloudwatch.type_defs import DimensionTypeDef, MetricDatumTypeDef
 
 __all__ = ["RuntimeMetrics"]
 
@@ -26,7 +30,7 @@ _COUNTS = ("Invocations", "Throttles", "SystemErrors", "UserErrors", "SessionCou
 class RuntimeMetrics:
     """Counts of the emulator's invokes per runtime ARN, published on :meth:`flush`."""
 
-    def __init__(self, cloudwatch: Any) -> None:
+    def __init__(self, cloudwatch: CloudWatchClient) -> None:
         self._cloudwatch = cloudwatch
         self._counts: dict[str, Counter[str]] = {}
         self._latencies: dict[str, list[float]] = {}
@@ -54,9 +58,11 @@ class RuntimeMetrics:
             for found in self._counts.values():
                 for name in found:
                     found[name] = 0
-        data = []
+        data: list[MetricDatumTypeDef] = []
         for arn, found in counts.items():
-            dimensions = [{"Name": k, "Value": v} for k, v in runtime_dimensions(arn, DEFAULT_QUALIFIER).items()]
+            dimensions: list[DimensionTypeDef] = [
+                {"Name": k, "Value": v} for k, v in runtime_dimensions(arn, DEFAULT_QUALIFIER).items()
+            ]
             data += [{"MetricName": name, "Dimensions": dimensions, "Value": float(found[name]), "Unit": "Count"}
                      for name in _COUNTS]  # fmt: skip
             if latencies.get(arn):
