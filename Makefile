@@ -72,7 +72,7 @@ check: lint
 # root with apt-get (CI); elsewhere the test skips and says why.
 browser:
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
-		&& apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \
+		&& apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
 		|| echo "no chromium, and not root with apt-get: the dashboard's browser test will skip"
 
 test: lint browser
