@@ -16,7 +16,8 @@ raised) to CloudWatch's ``AWS/Lambda`` namespace, keyed by ``FunctionName``, eve
 (:class:`LambdaMetrics`); ``rollouts doctor`` reads them the same way in AWS and locally. ``Throttles`` is never
 published: a local function has a fixed number of execution environments and never throttles. The functions'
 own metrics (embedded metric format lines on stdout) are published with them, as CloudWatch Logs would extract
-them (:mod:`local_stack.emf`).
+them (:mod:`local_stack.emf`). The worker that runs the sweeper also creates and evaluates the experiment's
+alarms (:mod:`local_stack.alarms`), which moto stores but never evaluates.
 
 Differences from Lambda: a function's timeout is reported by ``get_remaining_time_in_millis`` but not
 enforced (a thread cannot be killed), and one process can host several functions, which then share module
@@ -43,6 +44,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from local_stack.alarms import LocalAlarms
 from local_stack.emf import EmbeddedMetrics, EmfStdout
 from local_stack.moto_server import LOCAL_ACCOUNT_ID, credentials
 from rollout_contract.aws import ClientFactory
@@ -325,6 +327,11 @@ class Worker:
             threading.Thread(target=self._schedule_loop, args=(function, rule_arn), name=function.name, daemon=True)
         )
 
+    def add_alarms(self, alarms: LocalAlarms) -> None:
+        """Create the experiment's alarms at start and evaluate them every ``metrics_interval_s`` seconds (what
+        CloudWatch does, and moto does not)."""
+        self._threads.append(threading.Thread(target=self._alarm_loop, args=(alarms,), name="alarms", daemon=True))
+
     def start(self) -> None:
         """Start every poller, the schedule and the metrics publisher."""
         if self._metrics is not None:
@@ -426,6 +433,18 @@ class Worker:
         assert self._metrics is not None
         while not self._stop.wait(self._settings.metrics_interval_s):
             self._metrics.flush()
+
+    def _alarm_loop(self, alarms: LocalAlarms) -> None:
+        try:
+            alarms.create()
+        except Exception:
+            logger.exception("creating the experiment's alarms failed: the local stack shows none")
+            return
+        while not self._stop.wait(self._settings.metrics_interval_s):
+            try:
+                alarms.evaluate()
+            except Exception:
+                logger.exception("evaluating the experiment's alarms failed; trying again")
 
     def _poll_loop(self, function: FunctionSpec, queue_url: str, queue_arn: str) -> None:
         while not self._stop.is_set():
@@ -560,6 +579,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if sweeper := function("sweeper"):
         rule_arn = f"arn:aws:events:{descriptor.region}:{account}:rule/{PROJECT}-{descriptor.exp_id}-sweeper"
         worker.add_scheduled_function(sweeper, rule_arn)
+        # One process per experiment runs the sweeper: it also plays CloudWatch's part for the alarms.
+        worker.add_alarms(LocalAlarms(cloudwatch, descriptor))
 
     def request_stop(signum: int, _frame: Any) -> None:
         logger.info("signal %d: stopping", signum)

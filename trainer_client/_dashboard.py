@@ -120,6 +120,13 @@ class DashboardReader:
                 )
         return {"title": self.title, "at": now * 1000, "window_s": WINDOW_S, "widgets": widgets}
 
+    def points(self, series: spec.Metric | spec.Math, now: float) -> Points:
+        """One metric's or one math expression's points over the last ``WINDOW_S`` (unix seconds -> value)."""
+        metrics = [series] if isinstance(series, spec.Metric) else list(series.using.values())
+        read = self._metric_data([_stat(metric) for metric in metrics], now)
+        [(_, found)] = _series(series, read, {})
+        return found
+
     def _search(self, search: spec.Search) -> list[tuple[str, _Query]]:
         """The metrics a SEARCH finds, each with its line's label."""
         match = dict(search.match)

@@ -151,6 +151,8 @@ def test_top_once_json_shows_a_run_from_the_local_cloudwatch_metrics(
     assert view["invokes_per_s"] > 0 and view["completions_per_s"] > 0
     assert view["duration_p50_s"] is not None
     assert set(view["dead_letters"].values()) == {0}
+    # and the experiment's 8 alarms, which the local stack creates from the CDK app's definitions and evaluates
+    assert len(view["alarms"]) == 8 and set(view["alarms"].values()) <= {"OK", "ALARM"}, view["alarms"]
     running.cancel()
 
 
