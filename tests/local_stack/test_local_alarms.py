@@ -11,6 +11,7 @@ from local_stack.alarms import LocalAlarms, state_of
 from rollout_contract import monitoring as spec
 from rollout_contract.metrics import alarm_name_prefix
 from rollout_contract.resources import ExperimentDescriptor, ExperimentResources
+from trainer_client._dashboard import monitored
 
 EXP = "exp-alarms"
 NOW = 1_800_000_030.0  # 30 s into a minute
@@ -23,8 +24,6 @@ def alarm(name: str) -> spec.Alarm:
 
 
 def _monitored() -> spec.Monitored:
-    from trainer_client._dashboard import monitored
-
     return monitored(descriptor())
 
 
