@@ -417,7 +417,13 @@ def _dashboard(args: argparse.Namespace) -> int:
     descriptor = load_descriptor(args.experiment, region=args.region)
     cloudwatch = ClientFactory(region=descriptor.region, endpoints=descriptor.endpoints).client("cloudwatch")
     reader = DashboardReader(descriptor, cloudwatch, run=args.run)
-    with server(reader, args.port) as serving:
+    try:
+        serving = server(reader, args.port)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot serve on 127.0.0.1:{args.port} ({exc.strerror}): pass another --port, or --port 0 for any free one"
+        ) from exc
+    with serving:
         print(f"dashboard of {reader.title} at http://127.0.0.1:{serving.server_address[1]}/ (Ctrl-C to stop)")
         sys.stdout.flush()
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import urllib.request
 from datetime import UTC, datetime, timedelta
@@ -14,6 +15,7 @@ from trainer_support import alarm_in_state
 from rollout_contract import Status
 from rollout_contract import metrics as names
 from rollout_contract import monitoring as spec
+from trainer_client._cli import main
 from trainer_client._dashboard import DashboardReader, evaluate, monitored, server
 
 
@@ -97,3 +99,19 @@ def test_the_server_answers_the_page_and_its_data_on_localhost(descriptor) -> No
     assert 'fetch("data.json"' in page and "src=" not in page
     assert not [url for url in page.split('"') if url.startswith(("http:", "https:", "//")) and "www.w3.org" not in url]
     assert len(data["widgets"]) == sum(len(row) for row in spec.dashboard(monitored(descriptor)).rows)
+
+
+def test_a_port_in_use_is_refused_with_the_way_out_not_a_traceback(descriptor, capsys) -> None:
+    # GIVEN a port something already listens on
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        # WHEN the dashboard is asked to serve on it
+        with pytest.raises(SystemExit) as exited:
+            main(["dashboard", descriptor.exp_id, "--port", str(port)])
+
+    # THEN it exits as a usage error naming the port and what to pass instead
+    assert exited.value.code == 2
+    assert f"cannot serve on 127.0.0.1:{port}" in capsys.readouterr().err
