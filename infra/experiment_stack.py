@@ -78,9 +78,13 @@ class ExperimentStack(Stack):
             )
         runtime = self.agent.runtime
         self.agent.execution_role.add_to_principal_policy(self._result_writes(settings))
-        self.dispatch = RolloutQueue(self, "DispatchQueue", spec=names.dispatch_queue)
-        self.completions = RolloutQueue(self, "CompletionQueue", spec=names.completion_queue)
-        self.finisher_inbox = RolloutQueue(self, "FinisherQueue", spec=names.finisher_queue)
+        # Construct ids DispatchQueue, CompletionQueue, FinisherQueue.
+        queues = {
+            label: RolloutQueue(self, f"{label.capitalize()}Queue", spec=spec) for label, spec in names.queues.items()
+        }
+        self.dispatch = queues["dispatch"]
+        self.completions = queues["completion"]
+        self.finisher_inbox = queues["finisher"]
         self.sessions_table = contract_table(
             self, "SessionsTable", spec=names.sessions_table, removal_policy=RemovalPolicy.DESTROY
         )
@@ -134,11 +138,7 @@ class ExperimentStack(Stack):
             runtime=runtime,
             dispatch_queue=self.dispatch.queue,
             completion_queue=self.completions.queue,
-            dead_letter_queues={
-                "dispatch": self.dispatch.dead_letter_queue,
-                "completion": self.completions.dead_letter_queue,
-                "finisher": self.finisher_inbox.dead_letter_queue,
-            },
+            dead_letter_queues={label: queue.dead_letter_queue for label, queue in queues.items()},
             functions={name: worker.function for name, worker in self.workers.all.items()},
             max_lifetime_s=settings.max_lifetime_s,
             tps_limit=settings.tps_limit,

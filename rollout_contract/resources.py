@@ -34,6 +34,9 @@ DLQ_RETENTION_S = 14 * _DAY_S
 DEFAULT_SESSION_BUDGET = int(DEFAULT_ACTIVE_SESSION_QUOTA * 0.9)
 #: The experiment's Lambda functions, as the descriptor's ``function_names`` keys them.
 FUNCTION_ROLES = ("dispatcher", "finisher", "sweeper")
+#: The experiment's queues by label (``ExperimentResources.<label>_queue``): the dead-letter alarms, the dashboard
+#: and ``rollouts doctor`` name each queue and its dead-letter queue by it.
+QUEUE_LABELS = ("dispatch", "completion", "finisher")
 
 
 def results_bucket_name(account: str, region: str) -> str:
@@ -182,6 +185,11 @@ class ExperimentResources(NamedTuple):
             # ACR names: a letter, then letters, digits or underscores (the id's '-' become '_').
             runtime_name=name("runtime"),
         )
+
+    @property
+    def queues(self) -> dict[str, QueueSpec]:
+        """The experiment's queues by their label (:data:`QUEUE_LABELS`); each redrives to a dead-letter queue."""
+        return {label: getattr(self, f"{label}_queue") for label in QUEUE_LABELS}
 
     def dashboard_name(self, region: str) -> str:
         """Name of the experiment's CloudWatch dashboard in ``region`` (dashboards are account-wide)."""

@@ -53,11 +53,7 @@ def monitored(descriptor: ExperimentDescriptor) -> spec.Monitored:
         exp_id=descriptor.exp_id,
         dispatch_queue=resources.dispatch_queue.name,
         completion_queue=resources.completion_queue.name,
-        dead_letter_queues={
-            "dispatch": resources.dispatch_queue.dlq_name,
-            "completion": resources.completion_queue.dlq_name,
-            "finisher": resources.finisher_queue.dlq_name,
-        },
+        dead_letter_queues={label: queue.dlq_name for label, queue in resources.queues.items()},
         functions=dict(descriptor.function_names),
         runtime_dimensions=spec.runtime_dimensions(descriptor.runtime_arn, descriptor.runtime_qualifier),
         max_lifetime_s=DEFAULT_MAX_LIFETIME_S,

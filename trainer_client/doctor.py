@@ -31,7 +31,7 @@ from botocore.exceptions import ClientError as BotoClientError
 from rollout_contract import ExperimentDescriptor, ExperimentResources, Status, validate_experiment
 from rollout_contract.aws import ClientFactory, Clients, Service, error_code, error_message
 from rollout_contract.protocol import RUNTIME_READY, runtime_id
-from rollout_contract.resources import FUNCTION_ROLES, SESSIONS_PARTITION_KEY, QueueSpec, result_event_pattern
+from rollout_contract.resources import FUNCTION_ROLES, QUEUE_LABELS, SESSIONS_PARTITION_KEY, result_event_pattern
 from rollout_contract.sessions import ATTR_ATTEMPTS, ATTR_STATE, SessionState
 from trainer_client._aws import load_descriptor
 from trainer_client._client import RolloutClient
@@ -144,18 +144,13 @@ Check = Callable[[Experiment], CheckResult]
 # Queues, their dead-letter queues and the policies EventBridge needs.
 
 
-def _queues(exp: Experiment) -> dict[str, QueueSpec]:
-    r = exp.resources
-    return {"dispatch": r.dispatch_queue, "completion": r.completion_queue, "finisher": r.finisher_queue}
-
-
 def queue_check(role: str) -> Check:
     """Check that the ``role`` queue exists and redrives to its dead-letter queue."""
 
     name = f"queue {role}"
 
     def check(exp: Experiment) -> CheckResult:
-        spec = _queues(exp)[role]
+        spec = exp.resources.queues[role]
         missing = _missing_queues(exp, spec.name, spec.dlq_name)
         if missing:
             return CheckResult(name, False, f"{', '.join(missing)} does not exist", exp.redeploy)
@@ -189,7 +184,7 @@ def queue_policy_check(role: str) -> Check:
     name = f"queue policy {role}"
 
     def check(exp: Experiment) -> CheckResult:
-        spec = _queues(exp)[role]
+        spec = exp.resources.queues[role]
         attributes = exp.queue_attributes(spec.name, "QueueArn", "Policy")
         rule_arn = exp.rule["Arn"]
         policy = json.loads(attributes.get("Policy") or "{}")
@@ -289,7 +284,7 @@ def check_rule_targets(exp: Experiment) -> CheckResult:
     name = exp.resources.result_rule_name
     targets = exp.clients["events"].list_targets_by_rule(Rule=name)["Targets"]
     arns = {target["Arn"] for target in targets}
-    wanted = {role: _queues(exp)[role].name for role in ("completion", "finisher")}
+    wanted = {role: exp.resources.queues[role].name for role in ("completion", "finisher")}
     missing = [queue for queue in wanted.values() if exp.queue_attributes(queue, "QueueArn")["QueueArn"] not in arns]
     if missing:
         found = f"{name} does not target {', '.join(missing)} (it targets {sorted(arns) or 'nothing'})"
@@ -387,7 +382,7 @@ def dead_letter_check(role: str) -> Check:
     name = f"dead letters {role}"
 
     def check(exp: Experiment) -> CheckResult:
-        spec = _queues(exp)[role]
+        spec = exp.resources.queues[role]
         attributes = exp.queue_attributes(
             spec.dlq_name, "QueueArn", "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"
         )
@@ -414,14 +409,14 @@ def _named(check: Check, name: str) -> Check:
 
 #: Every check after the descriptor, in hop order.
 CHECKS: tuple[Check, ...] = (
-    *(queue_check(role) for role in ("dispatch", "completion", "finisher")),
+    *(queue_check(role) for role in QUEUE_LABELS),
     *(queue_policy_check(role) for role in ("completion", "finisher")),
     check_bucket_events,
     check_result_rule,
     check_rule_targets,
     check_runtime,
     *(function_check(role) for role in FUNCTION_ROLES),
-    *(dead_letter_check(role) for role in ("dispatch", "completion", "finisher")),
+    *(dead_letter_check(role) for role in QUEUE_LABELS),
 )
 
 

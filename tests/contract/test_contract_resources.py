@@ -6,7 +6,13 @@ import pydantic
 import pytest
 
 from rollout_contract import InvalidIdError
-from rollout_contract.resources import ExperimentResources, HandlerSettings, result_event_pattern
+from rollout_contract.resources import (
+    QUEUE_LABELS,
+    ExperimentResources,
+    HandlerSettings,
+    QueueSpec,
+    result_event_pattern,
+)
 
 
 def test_every_resource_name_of_an_experiment_carries_its_id_and_two_experiments_never_collide() -> None:
@@ -15,7 +21,7 @@ def test_every_resource_name_of_an_experiment_carries_its_id_and_two_experiments
 
     # WHEN their names are listed
     def names(r: ExperimentResources) -> set[str]:
-        queues = (r.dispatch_queue, r.completion_queue, r.finisher_queue)
+        queues = r.queues.values()
         return {
             *(q.name for q in queues),
             *(q.dlq_name for q in queues),
@@ -28,6 +34,18 @@ def test_every_resource_name_of_an_experiment_carries_its_id_and_two_experiments
 
     # THEN each name is distinct within an experiment and across the two
     assert len(names(first)) == 11 and not names(first) & names(second)
+
+
+def test_every_queue_of_an_experiment_has_a_label_that_names_its_field() -> None:
+    # GIVEN an experiment's resources
+    resources = ExperimentResources.for_experiment("exp-a")
+
+    # WHEN its queues are listed by label and by field
+    fields = {name: value for name, value in resources._asdict().items() if isinstance(value, QueueSpec)}
+
+    # THEN every queue (so every dead-letter queue the alarms and the dashboard watch) is labelled, by its field's name
+    assert {f"{label}_queue": spec for label, spec in resources.queues.items()} == fields
+    assert tuple(resources.queues) == QUEUE_LABELS
 
 
 def test_an_invalid_experiment_id_names_no_resources() -> None:
