@@ -21,12 +21,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import httpx
+from pydantic import Field, field_validator
 
 from local_stack._process import environment
 from local_stack.hosting import DemoTask, LocalAgent
 from local_stack.model_endpoint import EndpointSettings
 from local_stack.stack import DEFAULT_RUN_DIR, LocalStack
 from rollout_contract import InvalidIdError, validate_input_id, validate_timeout_s
+from rollout_contract.settings import PathValue, Settings
 from trainer_client import (
     BatchItem,
     FailurePolicy,
@@ -53,8 +55,7 @@ DEMO_EXPERIMENT = "demo"
 STOP_WAIT_S = 10.0
 
 
-@dataclass(frozen=True)
-class DemoSettings:
+class DemoSettings(Settings):
     """What the demo runs.
 
     Attributes:
@@ -73,32 +74,31 @@ class DemoSettings:
         keep_running: on Ctrl-C, leave the stack and the rollouts running (default: cancel them, stop it).
     """
 
-    prompts: int = 16
-    samples_per_prompt: int = 4
-    concurrency: int = 16
-    temperature: float = 0.8
+    prompts: int = Field(default=16, ge=1)
+    samples_per_prompt: int = Field(default=4, ge=1)
+    concurrency: int = Field(default=16, ge=1)
+    temperature: float = Field(default=0.8, ge=0)
     timeout_s: float = 120.0
     seed: int = 0
     policy: FailurePolicy = FailurePolicy.DROP_FAILED
     model_url: str | None = None
     model_id: str | None = None
-    model_script: Path | None = None
-    run_dir: Path = DEFAULT_RUN_DIR
-    output: Path | None = None
+    model_script: PathValue | None = None
+    run_dir: PathValue = DEFAULT_RUN_DIR
+    output: PathValue | None = None
     keep_running: bool = False
 
-    def __post_init__(self) -> None:
-        for name in ("model_script", "run_dir", "output"):  # str or any os.PathLike
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, Path(os.fspath(getattr(self, name))))
-        for name in ("prompts", "samples_per_prompt", "concurrency"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        validate_timeout_s(self.timeout_s, "--timeout")
-        if self.output is not None and not self.output.parent.is_dir():
-            raise ValueError(f"--output {self.output}: directory {self.output.parent} does not exist; create it first")
+    @field_validator("timeout_s", mode="before")
+    @classmethod
+    def _timeout(cls, timeout_s: Any) -> float:
+        return validate_timeout_s(timeout_s, "--timeout")
+
+    @field_validator("output")
+    @classmethod
+    def _output(cls, output: Path | None) -> Path | None:
+        if output is not None and not output.parent.is_dir():
+            raise ValueError(f"--output {output}: directory {output.parent} does not exist; create it first")
+        return output
 
 
 @dataclass

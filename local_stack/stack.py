@@ -29,9 +29,10 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pydantic import Field, field_validator, model_validator
 
 from local_stack._process import LOCALHOST, ManagedProcess, http_ready
 from local_stack.call_log import CALL_LOG_ENV, RecordedCall, read_calls
@@ -53,6 +54,7 @@ from local_stack.worker import DEFAULT_HANDLERS
 from rollout_contract.ids import validate_experiment
 from rollout_contract.protocol import DEFAULT_INVOKE_TPS, runtime_id
 from rollout_contract.resources import DEFAULT_SESSION_BUDGET, ExperimentDescriptor, ExperimentKind
+from rollout_contract.settings import PathValue, Settings
 
 __all__ = [
     "DEFAULT_RUN_DIR",
@@ -76,8 +78,7 @@ def runtime_arn(exp_id: str, agent_name: str = DEFAULT_AGENT_NAME) -> str:
     return f"arn:aws:bedrock-agentcore:{LOCAL_REGION}:{LOCAL_ACCOUNT_ID}:runtime/{name}-{validate_experiment(exp_id)}"
 
 
-@dataclass(frozen=True)
-class StackSettings:
+class StackSettings(Settings):
     """What the local stack runs.
 
     Attributes:
@@ -118,10 +119,10 @@ class StackSettings:
         record_calls: record every AWS call of every component (:meth:`LocalStack.recorded_calls`).
     """
 
-    run_dir: Path = DEFAULT_RUN_DIR
+    run_dir: PathValue = DEFAULT_RUN_DIR
     experiments: tuple[str, ...] = ("demo",)
     model_base_url: str | None = None
-    model: EndpointSettings = field(default_factory=EndpointSettings)
+    model: EndpointSettings = Field(default_factory=EndpointSettings)
     model_id: str | None = None
     required_rollout_fields: tuple[str, ...] = ()
     gateway: bool = True
@@ -129,40 +130,51 @@ class StackSettings:
     workers: bool = True
     agent_name: str = DEFAULT_AGENT_NAME
     agent_command: tuple[str, ...] = ()
-    agent_working_dir: Path | None = None
-    agent_environment: Mapping[str, str] = field(default_factory=dict)
-    runtime_arns: Mapping[str, str] = field(default_factory=dict)
+    agent_working_dir: PathValue | None = None
+    agent_environment: Mapping[str, str] = Field(default_factory=dict)
+    runtime_arns: Mapping[str, str] = Field(default_factory=dict)
     kind: ExperimentKind = ExperimentKind.AGENT
-    handlers: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_HANDLERS))
-    dispatcher_environments: int = 2
-    finisher_environments: int = 1
-    sweep_interval_s: float = 5.0
-    extra_pythonpath: tuple[Path, ...] = ()
-    ready_timeout_s: float = 60.0
-    tps_limit: float | None = None
-    session_budget: int | None = None
-    runtime_options: Mapping[str, Any] = field(default_factory=dict)
-    emulator_options: Mapping[str, Any] = field(default_factory=dict)
+    handlers: Mapping[str, str] = Field(default_factory=lambda: dict(DEFAULT_HANDLERS))
+    dispatcher_environments: int = Field(default=2, ge=1)
+    finisher_environments: int = Field(default=1, ge=1)
+    sweep_interval_s: float = Field(default=5.0, gt=0)
+    extra_pythonpath: tuple[PathValue, ...] = ()
+    ready_timeout_s: float = Field(default=60.0, gt=0)
+    tps_limit: float | None = Field(default=None, gt=0)
+    session_budget: int | None = Field(default=None, ge=1)
+    runtime_options: Mapping[str, Any] = Field(default_factory=dict)
+    emulator_options: Mapping[str, Any] = Field(default_factory=dict)
     record_calls: bool = False
 
-    def __post_init__(self) -> None:
-        # Paths may come as str or any os.PathLike.
-        object.__setattr__(self, "run_dir", Path(os.fspath(self.run_dir)))
-        object.__setattr__(self, "extra_pythonpath", tuple(Path(os.fspath(p)) for p in self.extra_pythonpath))
-        if self.agent_working_dir is not None:
-            object.__setattr__(self, "agent_working_dir", Path(os.fspath(self.agent_working_dir)))
-        if not self.experiments:
+    @field_validator("experiments")
+    @classmethod
+    def _experiments(cls, experiments: tuple[str, ...]) -> tuple[str, ...]:
+        if not experiments:
             raise ValueError("give at least one experiment id")
-        if not self.sweep_interval_s > 0:
-            raise ValueError(f"sweep_interval_s must be a positive number of seconds, got {self.sweep_interval_s}")
-        if self.dispatcher_environments < 1 or self.finisher_environments < 1:
-            raise ValueError(
-                "dispatcher_environments and finisher_environments must be at least 1, got "
-                f"{self.dispatcher_environments} and {self.finisher_environments}"
-            )
-        for exp_id in self.experiments:
-            validate_experiment(exp_id)
-        validate_agent_name(self.agent_name)
+        return tuple(validate_experiment(exp_id) for exp_id in experiments)
+
+    @field_validator("agent_name")
+    @classmethod
+    def _agent_name(cls, name: str) -> str:
+        return validate_agent_name(name)
+
+    @field_validator("handlers")
+    @classmethod
+    def _handlers(cls, handlers: Mapping[str, str]) -> Mapping[str, str]:
+        unknown = set(handlers) - set(DEFAULT_HANDLERS)
+        if unknown:
+            raise ValueError(f"unknown handler roles {sorted(unknown)}; use {sorted(DEFAULT_HANDLERS)}")
+        return handlers
+
+    @field_validator("model_base_url")
+    @classmethod
+    def _model_base_url(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ValueError(f"model_base_url must be an http(s) URL ending in /v1, got {url!r}")
+        return url
+
+    @model_validator(mode="after")
+    def _runtime(self) -> StackSettings:
         for exp_id, arn in self.runtime_arns.items():
             if exp_id not in self.experiments:
                 raise ValueError(
@@ -174,11 +186,7 @@ class StackSettings:
                 "the emulator needs the agent to host: give agent_command (or use LocalAgent(...).settings(...)), "
                 "or emulator=False"
             )
-        unknown = set(self.handlers) - set(DEFAULT_HANDLERS)
-        if unknown:
-            raise ValueError(f"unknown handler roles {sorted(unknown)}; use {sorted(DEFAULT_HANDLERS)}")
-        if self.model_base_url is not None and not self.model_base_url.startswith(("http://", "https://")):
-            raise ValueError(f"model_base_url must be an http(s) URL ending in /v1, got {self.model_base_url!r}")
+        return self
 
 
 class LocalStack:

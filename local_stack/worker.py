@@ -44,12 +44,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import Field, field_validator
+
 from local_stack.alarms import LocalAlarms
 from local_stack.emf import EmbeddedMetrics, EmfStdout
 from local_stack.moto_server import LOCAL_ACCOUNT_ID, credentials
 from rollout_contract.aws import ClientFactory
 from rollout_contract.naming import PROJECT
 from rollout_contract.resources import ExperimentDescriptor, ExperimentResources, HandlerSettings
+from rollout_contract.settings import Settings
 
 if TYPE_CHECKING:
     from types_boto3_cloudwatch import CloudWatchClient
@@ -247,8 +250,7 @@ class FunctionSpec:
         )
 
 
-@dataclass(frozen=True)
-class WorkerSettings:
+class WorkerSettings(Settings):
     """How the worker polls and invokes.
 
     Attributes:
@@ -263,25 +265,23 @@ class WorkerSettings:
 
     dispatcher_concurrency: int = 1
     finisher_concurrency: int = 1
-    sweep_interval_s: float = 5.0
-    metrics_interval_s: float = 5.0
-    wait_time_s: int = 10
-    batch_size: int = SQS_MAX_BATCH
-    timeout_s: float = 60.0
+    sweep_interval_s: float = Field(default=5.0, gt=0)
+    metrics_interval_s: float = Field(default=5.0, gt=0)
+    #: SQS long polling waits 0 to 20 s.
+    wait_time_s: int = Field(default=10, ge=0, le=20)
+    batch_size: int = Field(default=SQS_MAX_BATCH, ge=1, le=SQS_MAX_BATCH)
+    timeout_s: float = Field(default=60.0, gt=0)
 
-    def __post_init__(self) -> None:
-        if not 1 <= self.batch_size <= SQS_MAX_BATCH:
-            raise ValueError(f"batch_size must be 1-{SQS_MAX_BATCH}, got {self.batch_size}")
-        if not 0 <= self.wait_time_s <= 20:
-            raise ValueError(f"wait_time_s must be 0-20 (SQS long polling), got {self.wait_time_s}")
-        if self.sweep_interval_s <= 0 or self.timeout_s <= 0 or self.metrics_interval_s <= 0:
-            raise ValueError("sweep_interval_s, metrics_interval_s and timeout_s must be positive")
-        if not (0 <= self.dispatcher_concurrency <= 1 and 0 <= self.finisher_concurrency <= 1):
+    @field_validator("dispatcher_concurrency", "finisher_concurrency")
+    @classmethod
+    def _one_environment(cls, concurrency: int) -> int:
+        if concurrency not in (0, 1):
             raise ValueError(
                 "a worker process is one Lambda execution environment per function: concurrency is 0 (off) or 1, "
                 "as handlers keep module-level state (clients, batch processor, metrics) the way Lambda allows; "
                 "run more worker processes for more concurrency"
             )
+        return concurrency
 
 
 class Worker:

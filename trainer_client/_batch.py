@@ -17,10 +17,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import Field
+
+from rollout_contract.settings import Settings
 from trainer_client._exceptions import RolloutError
 from trainer_client._future import RolloutFuture
 from trainer_client._results import ClientResult
@@ -95,19 +98,19 @@ class BatchItem:
         return record
 
 
-@dataclass(frozen=True)
-class BatchSettings:
-    """How one batch runs: ``max_concurrent`` in flight, each with ``timeout``; ART's polling keywords.
+class BatchSettings(Settings):
+    """How one batch runs: ``max_concurrent_sessions`` in flight, each with ``timeout``; ART's polling keywords.
 
     ``initial_interval``, ``max_interval`` and ``backoff_factor`` set ART's S3 HEAD polling; completion here
     is an event, so they change nothing (accepted so ART's calls run). ``log_interval`` is ART's: seconds
     between ``[Status]`` log lines (INFO, logger ``trainer_client``) while rollouts are in flight.
     """
 
-    max_concurrent: int
+    #: ART's argument is ``max_concurrent_sessions``, its ``BatchResult`` attribute ``max_concurrent``.
+    max_concurrent: int = Field(ge=1, alias="max_concurrent_sessions")
     timeout: float
     journal: str | Path | None = None
-    overrides: Mapping[str, Any] = field(default_factory=dict)
+    overrides: Mapping[str, Any] = Field(default_factory=dict)
     initial_interval: float = 0.5
     max_interval: float = 30.0
     backoff_factor: float = 1.5
@@ -118,8 +121,6 @@ class _BatchCore:
     """Submission and collection state shared by both iterators (no waiting here)."""
 
     def __init__(self, client: RolloutClient, pairs: Iterable[Pair], settings: BatchSettings) -> None:
-        if settings.max_concurrent < 1:
-            raise ValueError(f"max_concurrent_sessions must be at least 1, got {settings.max_concurrent}")
         self._client = client
         self._source = enumerate(pairs)
         self._settings = settings

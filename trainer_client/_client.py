@@ -636,8 +636,9 @@ class RolloutClient:
             A :class:`BatchResult`: :class:`BatchItem` in completion order; ``success`` means status ``succeeded``.
         """
         settings = BatchSettings(
-            max_concurrent_sessions, timeout, journal, _checked(overrides, "run_batch()"),
-            initial_interval, max_interval, backoff_factor, log_interval,
+            max_concurrent_sessions=max_concurrent_sessions, timeout=timeout, journal=journal,
+            overrides=_checked(overrides, "run_batch()"), initial_interval=initial_interval,
+            max_interval=max_interval, backoff_factor=backoff_factor, log_interval=log_interval,
         )  # fmt: skip
         return BatchResult(self, _pairs(payloads, input_ids), settings)
 
@@ -657,8 +658,9 @@ class RolloutClient:
     ) -> AsyncBatchResult:
         """:meth:`run_batch` as an async iterator (same arguments)."""
         settings = BatchSettings(
-            max_concurrent_sessions, timeout, journal, _checked(overrides, "run_batch_async()"),
-            initial_interval, max_interval, backoff_factor, log_interval,
+            max_concurrent_sessions=max_concurrent_sessions, timeout=timeout, journal=journal,
+            overrides=_checked(overrides, "run_batch_async()"), initial_interval=initial_interval,
+            max_interval=max_interval, backoff_factor=backoff_factor, log_interval=log_interval,
         )  # fmt: skip
         return AsyncBatchResult(self, _pairs(payloads, input_ids), settings)
 

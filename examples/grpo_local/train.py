@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import httpx
+from pydantic import Field
 from tqdm import tqdm
 
 from examples.grpo_local.checks import BatchChecks, TrainingRow, rows_of_group
@@ -42,6 +43,7 @@ from local_stack.hosting import LocalAgent
 from local_stack.model_endpoint import EndpointSettings
 from local_stack.stack import LocalStack
 from local_stack.tiny_policy import PolicyConfig, build_model, require_torch, sequence_logprobs
+from rollout_contract.settings import PathValue, Settings
 from trainer_client import FailurePolicy, RolloutClient
 
 __all__ = ["TrainSettings", "main", "train"]
@@ -57,23 +59,22 @@ AGENT = LocalAgent(
 )
 
 
-@dataclass(frozen=True)
-class TrainSettings:
+class TrainSettings(Settings):
     """The run's knobs (``--help`` lists them with defaults)."""
 
-    steps: int = 10
-    prompts: int = 6
-    samples: int = 8
-    concurrency: int = 16
-    lr: float = 1e-2
-    epochs: int = 3
-    clip: float = 0.2
-    temperature: float = 1.0
-    max_tokens: int = 8
+    steps: int = Field(default=10, ge=1)
+    prompts: int = Field(default=6, ge=1)
+    samples: int = Field(default=8, ge=1)
+    concurrency: int = Field(default=16, ge=1)
+    lr: float = Field(default=1e-2, gt=0)
+    epochs: int = Field(default=3, ge=1)
+    clip: float = Field(default=0.2, gt=0)
+    temperature: float = Field(default=1.0, ge=0)
+    max_tokens: int = Field(default=8, ge=1)
     seed: int = 0
-    timeout_s: float = 60.0
-    run_dir: Path = Path(".local-stack") / "grpo-local"
-    output_dir: Path | None = None
+    timeout_s: float = Field(default=60.0, gt=0)
+    run_dir: PathValue = Path(".local-stack") / "grpo-local"
+    output_dir: PathValue | None = None
 
 
 @dataclass
@@ -286,8 +287,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output-dir", type=Path, help="default: results/grpo-local-<UTC time>/")
     args = parser.parse_args(argv)
     try:
+        settings = TrainSettings(**vars(args))
         require_torch()
-    except RuntimeError as exc:
+    except (ValueError, RuntimeError) as exc:
         parser.error(str(exc))
-    summary = train(TrainSettings(**vars(args)))
+    summary = train(settings)
     return 0 if summary["token_checks_passed"] else 1

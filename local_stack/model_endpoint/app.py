@@ -22,16 +22,15 @@ import asyncio
 import hashlib
 import importlib.util
 import json
-import os
 import random
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field, field_validator, model_validator
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -42,6 +41,7 @@ from local_stack.model_endpoint.chat import ChatPolicy, ChatRequest, Completion,
 from local_stack.model_endpoint.policy import Sampled, Sampler, StandInPolicy, Turn
 from local_stack.model_endpoint.script import Script
 from local_stack.model_endpoint.tokenizer import Tokenizer
+from rollout_contract.settings import PathValue, Settings
 
 __all__ = [
     "DEFAULT_MODEL_NAME",
@@ -58,8 +58,7 @@ POLICIES = (STAND_IN, TRANSFORMER)
 _SEEN_LIMIT = 100_000
 
 
-@dataclass(frozen=True)
-class EndpointSettings:
+class EndpointSettings(Settings):
     """How the stand-in model behaves.
 
     Attributes:
@@ -74,25 +73,36 @@ class EndpointSettings:
 
     model_name: str = DEFAULT_MODEL_NAME
     seed: int = 0
-    latency_s: float = 0.0
+    latency_s: float = Field(default=0.0, ge=0)
     policy: str = STAND_IN
-    script: Path | None = None
+    script: PathValue | None = None
 
-    def __post_init__(self) -> None:
-        if self.script is not None:
-            object.__setattr__(self, "script", Path(os.fspath(self.script)).resolve())
-            if self.policy != STAND_IN:
-                raise ValueError(f"a model script is answered by the stand-in policy, not by {self.policy!r}")
-            Script.load(self.script)
-        if self.latency_s < 0:
-            raise ValueError(f"latency_s must be >= 0, got {self.latency_s}")
-        if self.policy not in POLICIES:
-            raise ValueError(f"unknown policy {self.policy!r}; use one of {', '.join(POLICIES)}")
-        if self.policy == TRANSFORMER and importlib.util.find_spec("torch") is None:
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, policy: str) -> str:
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
+        if policy == TRANSFORMER and importlib.util.find_spec("torch") is None:
             raise ValueError(
                 "the transformer policy needs PyTorch, which lives in the ML environment: run `make ml-env`, "
                 "then use .venv-ml/bin/rollouts (or .venv-ml/bin/python)"
             )
+        return policy
+
+    @field_validator("script")
+    @classmethod
+    def _script(cls, script: Path | None) -> Path | None:
+        if script is None:
+            return None
+        script = script.resolve()
+        Script.load(script)
+        return script
+
+    @model_validator(mode="after")
+    def _scripted_policy(self) -> EndpointSettings:
+        if self.script is not None and self.policy != STAND_IN:
+            raise ValueError(f"a model script is answered by the stand-in policy, not by {self.policy!r}")
+        return self
 
 
 class _StandIn:

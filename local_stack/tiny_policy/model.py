@@ -16,10 +16,13 @@ and nothing here imports it at module import time except through that function.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pydantic import Field, model_validator
+
 from local_stack.tiny_policy.chat_template import VOCAB_SIZE
+from rollout_contract.settings import Settings
 
 if TYPE_CHECKING:
     import torch
@@ -47,28 +50,26 @@ def require_torch() -> Any:
     return torch
 
 
-@dataclass(frozen=True)
-class PolicyConfig:
+class PolicyConfig(Settings):
     """The network's shape and its initialization seed (the server and the trainer build the same one)."""
 
-    vocab_size: int = VOCAB_SIZE
-    d_model: int = 64
-    n_layers: int = 2
-    n_heads: int = 4
-    d_ff: int = 128
-    max_seq_len: int = 192
+    vocab_size: int = Field(default=VOCAB_SIZE, ge=1)
+    d_model: int = Field(default=64, ge=1)
+    n_layers: int = Field(default=2, ge=1)
+    n_heads: int = Field(default=4, ge=1)
+    d_ff: int = Field(default=128, ge=1)
+    max_seq_len: int = Field(default=192, ge=1)
     seed: int = 0
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _heads(self) -> PolicyConfig:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be a multiple of n_heads ({self.n_heads})")
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        return self
 
     def to_dict(self) -> dict[str, int]:
         """The config as JSON-ready fields (``PolicyConfig(**d)`` reads them back)."""
-        return asdict(self)
+        return self.model_dump()
 
 
 def build_model(config: PolicyConfig) -> torch.nn.Module:

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pydantic import ConfigDict
 from rllm.engine.remote_runtime.protocol import (
     AgentCoreRuntimeConfig,
     RemoteRuntimeConfig,
@@ -17,6 +18,7 @@ from rllm.engine.remote_runtime.protocol import (
 from rllm.workflows.workflow import TerminationReason
 
 from rollout_contract import InvalidIdError, Status, validate_experiment
+from rollout_contract.settings import Settings
 from trainer_client._client import RolloutClient
 from trainer_client._results import ClientResult
 from trainer_client.backends._shared import NO_RESULT, run_rollout
@@ -30,8 +32,7 @@ logger = logging.getLogger("trainer_client.backends.rllm")
 RLLM_DEFAULT_EXPERIMENT = "default"
 
 
-@dataclasses.dataclass(frozen=True)
-class RuntimeOptions:
+class RuntimeOptions(Settings):
     """Our keys under ``rllm.remote_runtime.agentcore`` (``+rllm.remote_runtime.agentcore.KEY=VALUE``).
 
     Attributes:
@@ -40,6 +41,9 @@ class RuntimeOptions:
         run: a run of the experiment (exp_id ``experiment/run``: results, ``status`` and ``results`` per run).
         region: AWS region of the descriptor (default: boto3's).
     """
+
+    # Hydra reads ``...agentcore.run=1`` as an integer.
+    model_config = ConfigDict(coerce_numbers_to_str=True)
 
     experiment: str | None = None
     run: str | None = None
@@ -52,7 +56,7 @@ class RuntimeOptions:
         Raises:
             ValueError: a key that is neither ours nor rLLM's ``AgentCoreRuntimeConfig`` field.
         """
-        ours = {field.name for field in dataclasses.fields(cls)}
+        ours = set(cls.model_fields)
         theirs = {field.name for field in dataclasses.fields(AgentCoreRuntimeConfig)}
         unknown = sorted(set(agentcore) - ours - theirs)
         if unknown:

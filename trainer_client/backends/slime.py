@@ -48,12 +48,13 @@ import logging
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import ConfigDict, Field
 from slime.rollout.base_types import RolloutFnTrainOutput
 from slime.utils.types import Sample
 
+from rollout_contract.settings import Settings
 from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S
 from trainer_client._grpo import FailurePolicy
 from trainer_client.backends._shared import (
@@ -100,8 +101,7 @@ def default_payload(sample: Sample) -> dict[str, Any]:
     return {"prompt": sample.prompt, "label": sample.label, "metadata": sample.metadata}
 
 
-@dataclass(frozen=True)
-class SlimeSettings:
+class SlimeSettings(Settings):
     """Our keys in slime's ``--custom-config-path`` YAML (slime sets each as an attribute of ``args``).
 
     Attributes:
@@ -117,15 +117,18 @@ class SlimeSettings:
         sampling_params: ``agentcore_sampling_params``, sampling parameters that override slime's.
     """
 
+    # Built from the YAML's keys, so its errors name them (agentcore_failure_policy must be ...).
+    model_config = ConfigDict(alias_generator=lambda name: f"agentcore_{name}", populate_by_name=True)
+
     experiment: str
-    rollout_timeout_s: float = DEFAULT_ROLLOUT_TIMEOUT_S
-    max_concurrent_sessions: int | None = None
-    failure_policy: str = "zero_reward"
+    rollout_timeout_s: float = Field(default=DEFAULT_ROLLOUT_TIMEOUT_S, gt=0)
+    max_concurrent_sessions: int | None = Field(default=None, ge=1)
+    failure_policy: Literal["zero_reward", "mask"] = "zero_reward"
     payload_fn: str | None = None
     model_id: str | None = None
     region: str | None = None
     pad_token_id: int = 0
-    sampling_params: Mapping[str, Any] = field(default_factory=dict)
+    sampling_params: Mapping[str, Any] = Field(default_factory=dict)
 
     @classmethod
     def from_args(cls, args: Any) -> SlimeSettings:
@@ -140,12 +143,8 @@ class SlimeSettings:
                 "slime args have no agentcore_experiment: put `agentcore_experiment: NAME` in the YAML file "
                 "given to --custom-config-path"
             )
-        values = {name: getattr(args, f"agentcore_{name}", None) for name in cls.__dataclass_fields__}
-        settings = cls(**{name: value for name, value in values.items() if value is not None})
-        if settings.failure_policy not in ("zero_reward", "mask"):
-            raise ValueError(
-                f"agentcore_failure_policy must be 'zero_reward' or 'mask', got {settings.failure_policy!r}"
-            )
+        values = {str(field.alias): getattr(args, str(field.alias), None) for field in cls.model_fields.values()}
+        settings = cls(**{key: value for key, value in values.items() if value is not None})
         top_p = getattr(args, "rollout_top_p", 1.0)
         if top_p is not None and top_p != 1.0:
             raise ValueError(
