@@ -1,4 +1,4 @@
-"""Settings as small frozen pydantic models with named defaults (D82)."""
+"""Settings as small frozen pydantic models with named defaults and declared bounds (D82, D85)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import Field
 
 from rollout_contract.messages import SAVE_FIELDS
+from rollout_contract.settings import Settings
 from trainer_client._exceptions import MissingRolloutFieldError
 
 __all__ = [
@@ -27,7 +28,7 @@ __all__ = [
 DEFAULT_ROLLOUT_TIMEOUT_S = 900.0
 
 
-class PollSettings(BaseModel):
+class PollSettings(Settings):
     """How the completion poller reads the completion queue.
 
     Attributes:
@@ -51,22 +52,20 @@ class PollSettings(BaseModel):
             returns, so while one reads its batch's results the next event goes to another.
     """
 
-    model_config = ConfigDict(frozen=True)
-
-    wait_time_s: int = 20
-    max_messages: int = 10
-    fetch_workers: int = 8
-    remember: int = 1 << 17
-    idle_backoff_s: float = 0.2
-    deadline_grace_s: float = 120.0
-    unavailable_after_s: float = 120.0
-    receivers: int = 2
-    fallback_reads_per_s: float = 20.0
-    lease_s: float = 120.0
-    lease_cache_s: float = 5.0
+    wait_time_s: int = Field(default=20, ge=0, le=20)
+    max_messages: int = Field(default=10, ge=1, le=10)
+    fetch_workers: int = Field(default=8, ge=1)
+    remember: int = Field(default=1 << 17, ge=1)
+    idle_backoff_s: float = Field(default=0.2, ge=0)
+    deadline_grace_s: float = Field(default=120.0, ge=0)
+    unavailable_after_s: float = Field(default=120.0, gt=0)
+    receivers: int = Field(default=2, ge=1)
+    fallback_reads_per_s: float = Field(default=20.0, gt=0)
+    lease_s: float = Field(default=120.0, gt=0)
+    lease_cache_s: float = Field(default=5.0, ge=0)
 
 
-class TraceSettings(BaseModel):
+class TraceSettings(Settings):
     """How token traces are read from the gateway after a result arrives.
 
     ``trainer_client.gateway`` answers one exact read once the session's model calls and trace writes are
@@ -80,12 +79,10 @@ class TraceSettings(BaseModel):
         settle_s: how long the gateway may wait for the session's calls still in flight.
     """
 
-    model_config = ConfigDict(frozen=True)
-
-    attempts: int = 4
-    delay_s: float = 0.25
-    timeout_s: float = 10.0
-    settle_s: float = 30.0
+    attempts: int = Field(default=4, ge=1)
+    delay_s: float = Field(default=0.25, ge=0)
+    timeout_s: float = Field(default=10.0, gt=0)
+    settle_s: float = Field(default=30.0, ge=0)
 
 
 DEFAULT_POLL = PollSettings()

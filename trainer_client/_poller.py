@@ -111,8 +111,6 @@ class CompletionPoller:
         self._handling = 0
         #: No receive starts before this (``time.monotonic()``): the pause after other processes' events.
         self._quiet_until = 0.0
-        if settings.receivers < 1:
-            raise ValueError(f"PollSettings.receivers must be at least 1, got {settings.receivers}")
         if ownership is not None and settings.lease_s < 2 * settings.wait_time_s:
             # The lease is renewed between receives: it must outlast a long poll with room to spare.
             raise ValueError(
