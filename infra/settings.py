@@ -14,7 +14,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from annotated_types import Ge, Le
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rollout_contract.ids import InvalidIdError, validate_experiment
@@ -25,6 +24,7 @@ from rollout_contract.protocol import (
     DEFAULT_MAX_LIFETIME_S,
 )
 from rollout_contract.resources import AGENT_REPOSITORY_NAME, ExperimentKind
+from rollout_contract.settings import bounds_text
 
 #: Tags left mutable in the otherwise immutable agent repository (never a default: the image is always named).
 MUTABLE_IMAGE_TAGS = ("latest",)
@@ -295,15 +295,14 @@ def _context_error(exc: ValidationError) -> ContextError:
         return reason
     flag, raw = str(error["loc"][0]), error["input"]
     field = ExperimentSettings.model_fields[_FIELD_OF_FLAG.get(flag, flag)]
+    bounds = bounds_text(field)
     if field.annotation in (float, float | None):
         if error["type"] == "float_parsing":
-            return ContextError(f"-c {flag}={raw!r} is not a number; give a positive number, e.g. 25")
-        return ContextError(f"-c {flag}={float(raw)} must be positive, e.g. 25")
-    low = next(bound.ge for bound in field.metadata if isinstance(bound, Ge))
-    high = next(bound.le for bound in field.metadata if isinstance(bound, Le))
+            return ContextError(f"-c {flag}={raw!r} is not a number; give a {bounds} number, e.g. 25")
+        return ContextError(f"-c {flag}={float(raw)} must be {bounds}, e.g. 25")
     if error["type"] == "int_parsing":
-        return ContextError(f"-c {flag}={raw!r} is not an integer; give a whole number from {low} to {high}")
-    return ContextError(f"-c {flag}={int(raw)} is out of range; give a whole number from {low} to {high}")
+        return ContextError(f"-c {flag}={raw!r} is not an integer; give a whole number {bounds}")
+    return ContextError(f"-c {flag}={int(raw)} is out of range; give a whole number {bounds}")
 
 
 #: Fields whose flag is another name (their alias).
