@@ -295,7 +295,7 @@ def _context_error(exc: ValidationError) -> ContextError:
         return reason
     flag, raw = str(error["loc"][0]), error["input"]
     field = ExperimentSettings.model_fields[_FIELD_OF_FLAG.get(flag, flag)]
-    bounds = bounds_text(field)
+    bounds = bounds_text(field.metadata)
     if field.annotation in (float, float | None):
         if error["type"] == "float_parsing":
             return ContextError(f"-c {flag}={raw!r} is not a number; give a {bounds} number, e.g. 25")

@@ -10,17 +10,19 @@ Unknown names are refused (a misspelt setting is an error, as a dataclass's keyw
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
 from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
-from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
 __all__ = ["PathValue", "Settings", "SettingsError", "bounds_text", "settings_error"]
 
 _BOUND_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
+#: The bound a bound error's ``ctx`` names, as the field's metadata holds it.
+_CTX_BOUNDS = {"ge": Ge, "gt": Gt, "le": Le, "lt": Lt}
 
 
 class SettingsError(ValueError):
@@ -47,10 +49,11 @@ def _fspath(value: Any) -> Any:
 PathValue = Annotated[Path, BeforeValidator(_fspath)]
 
 
-def bounds_text(field: FieldInfo) -> str:
-    """The bounds declared on ``field`` in words: ``from 1 to 10``, ``at least 1``, ``positive``, ..."""
-    low = next((bound for bound in field.metadata if isinstance(bound, Ge | Gt)), None)
-    high = next((bound for bound in field.metadata if isinstance(bound, Le | Lt)), None)
+def bounds_text(constraints: Iterable[object]) -> str:
+    """Bounds in words (``from 1 to 10``, ``at least 1``, ``positive``, ...) from a field's ``metadata``."""
+    constraints = list(constraints)
+    low = next((bound for bound in constraints if isinstance(bound, Ge | Gt)), None)
+    high = next((bound for bound in constraints if isinstance(bound, Le | Lt)), None)
     if isinstance(low, Ge) and isinstance(high, Le):
         return f"from {low.ge} to {high.le}"
     words = []
@@ -77,14 +80,19 @@ def settings_error(error: ErrorDetails, model: type[BaseModel]) -> ValueError:
 def _message(error: ErrorDetails, model: type[BaseModel]) -> str:
     name = ".".join(str(part) for part in error["loc"])
     kind, value = error["type"], error["input"]
+    # An error about one of the model's own fields (by name or alias); one inside a nested model or a collection
+    # has a longer loc.
+    top = len(error["loc"]) == 1
+    field = next((f for key, f in model.model_fields.items() if top and error["loc"][0] in (key, f.alias)), None)
     if kind == "missing":
         return f"{name} is required"
     if kind == "extra_forbidden":
-        known = sorted(field.alias or key for key, field in model.model_fields.items())
-        return f"unknown setting {name}; {model.__name__} takes {', '.join(known)}"
+        known = sorted(f.alias or key for key, f in model.model_fields.items())
+        return f"unknown setting {name}" + (f"; {model.__name__} takes {', '.join(known)}" if top else "")
     if kind in _BOUND_ERRORS:
-        field = next(f for key, f in model.model_fields.items() if error["loc"][0] in (key, f.alias))
-        return f"{name} must be {bounds_text(field)}, got {value!r}"
+        ctx = error.get("ctx", {})
+        violated = [bound(ctx[key]) for key, bound in _CTX_BOUNDS.items() if key in ctx]
+        return f"{name} must be {bounds_text(violated if field is None else field.metadata)}, got {value!r}"
     if kind == "literal_error":
         return f"{name} must be {error['ctx']['expected']}, got {value!r}"
     return f"{name}: {error['msg']}, got {value!r}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Annotated
 
 import pytest
 from pydantic import Field, field_validator
@@ -31,6 +32,12 @@ class _Knobs(Settings):
         return name
 
 
+class _Outer(Settings):
+    inner: _Knobs = Field(default_factory=_Knobs)
+    counts: tuple[Annotated[int, Field(ge=1)], ...] = ()
+    sizes: tuple[int, ...] = Field(default=(), max_length=2)
+
+
 class _PathLike:
     def __fspath__(self) -> str:
         return "some/dir"
@@ -50,6 +57,21 @@ class _PathLike:
 def test_a_bad_setting_is_one_sentence_naming_it_its_value_and_what_to_give(given: dict, message: str) -> None:
     with pytest.raises(SettingsError) as caught:
         _Knobs(**given)
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"inner": {"batch": 0}}, "batch must be from 1 to 10, got 0"),
+        ({"counts": (1, 0)}, "counts.1 must be at least 1, got 0"),
+        ({"sizes": (1, 2, 3)}, "sizes: Tuple should have at most 2 items after validation, not 3, got (1, 2, 3)"),
+    ],
+)
+def test_a_bad_value_inside_a_nested_setting_or_a_collection_is_one_sentence_too(given: dict, message: str) -> None:
+    # A nested Settings model speaks for itself; an item of a collection is named by its path
+    with pytest.raises(SettingsError) as caught:
+        _Outer(**given)
     assert str(caught.value) == message
 
 
