@@ -53,6 +53,7 @@ def live_lease(descriptor, trainer: str) -> None:
     )
 
 
+@pytest.mark.processes
 def test_a_killed_trainers_events_are_deleted_and_attach_journal_still_resolves_them(descriptor, backend, tmp_path):
     journal = tmp_path / "killed.jsonl"
     # GIVEN a trainer process killed mid-run (SIGKILL: no close, its lease lapses) with eight rollouts running
