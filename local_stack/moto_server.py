@@ -33,6 +33,7 @@ __all__ = [
     "forbid_missing_keys",
     "forget_model_instances",
     "moto_process",
+    "patch_moto",
     "prompt_revisible_messages",
     "publish_queue_metrics",
     "sample_queue_metrics",
@@ -109,9 +110,7 @@ def moto_process(log_path: Path, base_env: Mapping[str, str], *, port: int | Non
     """Describe a ``moto_server`` child on 127.0.0.1 (a free port unless ``port`` is given).
 
     The server's account id is :data:`LOCAL_ACCOUNT_ID`, so queue and rule ARNs match the emulator's. It is
-    moto's own server, started through this module's ``__main__`` so that :func:`report_eventbridge_switch`,
-    :func:`serialize_dynamodb`, :func:`copy_only_touched_items`, :func:`prompt_revisible_messages`,
-    :func:`fast_sqs`, :func:`forget_model_instances` and :func:`forbid_missing_keys` apply.
+    moto's own server, started through this module's ``__main__`` so that :func:`patch_moto` applies.
     """
     port = port or free_port()
     url = f"http://{LOCALHOST}:{port}"
@@ -477,13 +476,11 @@ def publish_queue_metrics(interval_s: float = QUEUE_METRICS_INTERVAL_S) -> threa
     return thread
 
 
-if __name__ == "__main__":
-    from moto.server import main
+def patch_moto() -> None:
+    """Apply every change this module makes to moto, as the local stack's server runs with them (each is idempotent).
 
-    from local_stack.call_log import CallLog, record_moto_calls
-
-    if (call_log := CallLog.from_env()) is not None:
-        record_moto_calls(call_log)
+    The tests' in-process moto servers call it too, so they answer as the local stack does.
+    """
     report_eventbridge_switch()
     serialize_dynamodb()
     copy_only_touched_items()
@@ -493,5 +490,15 @@ if __name__ == "__main__":
     forget_model_instances()
     forbid_missing_keys()
     percentile_statistics()
+
+
+if __name__ == "__main__":
+    from moto.server import main
+
+    from local_stack.call_log import CallLog, record_moto_calls
+
+    if (call_log := CallLog.from_env()) is not None:
+        record_moto_calls(call_log)
+    patch_moto()
     publish_queue_metrics()
     main()

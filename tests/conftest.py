@@ -13,9 +13,15 @@ import boto3
 import pytest
 from hypothesis import settings
 
+from local_stack.moto_server import patch_moto
+
 #: `make check`, the fast loop, runs the property tests with fewer examples (``--hypothesis-profile=check``);
 #: `make test` runs each with its own count.
 settings.register_profile("check", max_examples=3)
+
+# Every test's moto (the in-process mock and the trainer tests' server alike) answers as the local stack's server
+# does: S3's 403 for a missing key, DynamoDB's atomic transactions, SQS's prompt long polls, no per-request log line.
+patch_moto()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -28,7 +28,6 @@ from moto import mock_aws
 from lambdas.ledger import Recorded
 from lambdas.observability import metrics
 from lambdas.runtime import AwsClients, Runtime, current_runtime
-from local_stack.moto_server import forbid_missing_keys
 from rollout_contract.aws import ClientFactory
 from rollout_contract.messages import CancelRequest, DispatchRequest
 from rollout_contract.protocol import ERROR_TYPE_HEADER, SESSION_HEADER, AcrError
@@ -198,9 +197,8 @@ def settings() -> HandlerSettings:
 
 @pytest.fixture
 def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """moto for everything moto implements, S3's 403 for a missing key to callers that may not list the whole
-    bucket (the functions' roles); fake credentials; metrics and runtime cache cleared."""
-    forbid_missing_keys()
+    """moto for everything moto implements (changed as the local stack's server is: tests/conftest.py), fake
+    credentials; metrics and runtime cache cleared."""
     for name, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",

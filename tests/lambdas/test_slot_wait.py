@@ -18,7 +18,6 @@ from lambdas import _batch, dispatcher
 from lambdas.dispatcher import DispatchOutcome, dispatch
 from lambdas.ledger import Ledger
 from lambdas.slot_wait import SlotWaiter
-from local_stack.moto_server import serialize_dynamodb
 from local_stack.worker import LambdaContext
 from rollout_contract.messages import DispatchRequest
 from rollout_contract.results import Status
@@ -27,19 +26,6 @@ from tests.lambdas.conftest import INVOKE, CallCounter, Env, SteppedClock, faile
 
 #: Longest the test waits (real time) for the batch's records to be recorded before the first poll.
 RECORDED_TIMEOUT_S = 10.0
-
-
-@pytest.fixture
-def atomic_transactions(monkeypatch: pytest.MonkeyPatch) -> None:
-    """moto's DynamoDB one request at a time, as the local stack runs it, for the batch's records on threads.
-
-    moto rolls a failed transaction back by restoring a copy of the table, which erases what other threads
-    wrote meanwhile (see ``serialize_dynamodb``); DynamoDB's transactions are isolated.
-    """
-    from moto.dynamodb.responses import DynamoHandler
-
-    monkeypatch.setattr(DynamoHandler, "call_action", DynamoHandler.call_action)  # put back after the test
-    serialize_dynamodb()
 
 
 def fill_the_session_budget(env: Env) -> list[DispatchRequest]:
@@ -132,7 +118,6 @@ def test_a_start_that_finds_no_slot_is_admitted_in_the_same_invocation_once_a_sl
     assert env.rt.ledger.slots_held() == (3, 3)
 
 
-@pytest.mark.usefixtures("atomic_transactions")
 def test_a_batch_waiting_for_slots_reads_the_count_once_per_poll_and_requeues_when_the_wait_runs_out(
     env: Env, calls: CallCounter, finisher_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -172,7 +157,6 @@ def test_a_batch_waiting_for_slots_reads_the_count_once_per_poll_and_requeues_wh
     assert env.rt.ledger.slots_held() == (3, 3)
 
 
-@pytest.mark.usefixtures("atomic_transactions")
 def test_a_start_that_arrives_while_others_wait_for_a_slot_skips_the_start_transaction(
     env: Env, calls: CallCounter, finisher_ledger: Ledger
 ) -> None:

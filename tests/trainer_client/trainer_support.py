@@ -19,7 +19,6 @@ import httpx
 import pytest
 from moto.server import ThreadedMotoServer
 
-from local_stack.moto_server import forbid_missing_keys, percentile_statistics
 from rollout_contract import (
     CancelRequest,
     DispatchRequest,
@@ -257,10 +256,8 @@ def moto_api(url: str) -> httpx.Client:
 
 @pytest.fixture(scope="session")
 def moto_url() -> Iterator[str]:
-    """A moto server on a free port for the whole session, answering a missing key with 403 as S3 does for callers
-    without bucket-wide ``s3:ListBucket`` (the tests' key, as the trainer role's)."""
-    forbid_missing_keys()
-    percentile_statistics()
+    """A moto server on a free port for the whole session, changed as the local stack's is (tests/conftest.py):
+    a missing key is a 403, as S3 answers callers without bucket-wide ``s3:ListBucket`` (the trainer role)."""
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
