@@ -44,7 +44,8 @@ from trainer_client import PollSettings, RolloutClient
 REGION = "us-east-1"
 BUCKET = "results-test"
 EXP_ID = "exp-test"
-RUNTIME_ARN = "arn:aws:bedrock-agentcore:us-east-1:123456789012:runtime/test-abc"
+ACCOUNT = "123456789012"  # moto's default
+RUNTIME_ARN = f"arn:aws:bedrock-agentcore:{REGION}:{ACCOUNT}:runtime/test-abc"
 FAST_POLL = PollSettings(wait_time_s=1, idle_backoff_s=0.05)
 
 
@@ -63,6 +64,11 @@ def aws(service: str) -> Any:
     return _moto_client(service, os.environ["AWS_ENDPOINT_URL"])
 
 
+def queue_arn(name: str) -> str:
+    """The ARN of queue ``name`` in moto's default account (what GetQueueAttributes would answer)."""
+    return f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}"
+
+
 def create_experiment(exp_id: str = EXP_ID, bucket: str = BUCKET) -> ExperimentDescriptor:
     """Create the bucket, queues, result rule, sessions table and descriptor of one experiment."""
     resources = ExperimentResources.for_experiment(exp_id)
@@ -71,17 +77,16 @@ def create_experiment(exp_id: str = EXP_ID, bucket: str = BUCKET) -> ExperimentD
     s3.put_bucket_notification_configuration(Bucket=bucket, NotificationConfiguration={"EventBridgeConfiguration": {}})
     urls = {}
     for spec in (resources.dispatch_queue, resources.completion_queue):
-        dlq_url = sqs.create_queue(QueueName=spec.dlq_name)["QueueUrl"]
-        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        redrive = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": spec.max_receive_count})
+        sqs.create_queue(QueueName=spec.dlq_name)
+        redrive = json.dumps(
+            {"deadLetterTargetArn": queue_arn(spec.dlq_name), "maxReceiveCount": spec.max_receive_count}
+        )
         urls[spec.name] = sqs.create_queue(
             QueueName=spec.name,
             Attributes={"VisibilityTimeout": str(spec.visibility_timeout_s), "RedrivePolicy": redrive},
         )["QueueUrl"]
     completion_url = urls[resources.completion_queue.name]
-    completion_arn = sqs.get_queue_attributes(QueueUrl=completion_url, AttributeNames=["QueueArn"])["Attributes"][
-        "QueueArn"
-    ]
+    completion_arn = queue_arn(resources.completion_queue.name)
     events.put_rule(Name=resources.result_rule_name, EventPattern=json.dumps(result_event_pattern(bucket, exp_id)))
     events.put_targets(Rule=resources.result_rule_name, Targets=[{"Id": "completions", "Arn": completion_arn}])
     dynamodb.create_table(**resources.sessions_table.create_table_request())
