@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,21 @@ settings.register_profile("check", max_examples=3)
 # Every test's moto (the in-process mock and the trainer tests' server alike) answers as the local stack's server
 # does: S3's 403 for a missing key, DynamoDB's atomic transactions, SQS's prompt long polls, no per-request log line.
 patch_moto()
+
+
+#: A test module all of whose tests synthesize the CDK app says so in its first lines: ``pytestmark = ... cdk``.
+_CDK_MODULE = re.compile(r"^pytestmark = .*\bpytest\.mark\.cdk\b", re.MULTILINE)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Leave the CDK modules unimported when the run leaves their tests out (``-m "not cdk ..."``, make check).
+
+    Importing aws_cdk starts jsii's Node process and loads the CDK's assemblies: 2-3 s of CPU in every pytest-xdist
+    worker, for tests the run deselects anyway.
+    """
+    if "not cdk" not in (config.option.markexpr or "") or collection_path.suffix != ".py":
+        return None
+    return bool(_CDK_MODULE.search(collection_path.read_text())) or None
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

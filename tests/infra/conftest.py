@@ -6,6 +6,9 @@
 
 Each app holds the shared stack and two experiments whose names are prefixes of each other, with cdk-nag
 registered: synth raises on any unacknowledged finding.
+
+aws_cdk and the CDK app are imported where a synth needs them: importing them starts jsii's Node process, which
+the modules here that synthesize nothing (and ``make check``, which leaves the ``cdk`` tests out) do not need.
 """
 
 from __future__ import annotations
@@ -13,17 +16,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from aws_cdk import App, Environment
-from aws_cdk.assertions import Template
 
-from infra.app import build_experiment, build_shared
-from infra.experiment_stack import ExperimentStack
-from infra.nag import add_nag_checks
-from infra.settings import experiment_settings
 from rollout_contract.resources import SHARED_STACK_NAME
+
+if TYPE_CHECKING:
+    from aws_cdk import Environment
+    from aws_cdk.assertions import Template
+
+    from infra.experiment_stack import ExperimentStack
 
 #: Two experiments, one name a prefix of the other (their runtimes must not share a role).
 EXPERIMENTS = ("alpha", "alpha-2")
@@ -57,6 +60,13 @@ class Synthesized:
 def synthesize(outdir: Path, *, env: Environment | None, experiments: tuple[str, ...] = EXPERIMENTS) -> Synthesized:
     """Synthesize the shared stack and ``experiments`` (image tag ``v1``; :data:`SANDBOX_EXPERIMENT` with
     ``-c sandbox=true -c alarm_topic_arn=ALARM_TOPIC_ARN``) with cdk-nag, into ``outdir``."""
+    from aws_cdk import App
+    from aws_cdk.assertions import Template
+
+    from infra.app import build_experiment, build_shared
+    from infra.nag import add_nag_checks
+    from infra.settings import experiment_settings
+
     app = App(outdir=str(outdir))
     add_nag_checks(app)
     shared = build_shared(app, env=env)
@@ -92,6 +102,8 @@ def synthesize(outdir: Path, *, env: Environment | None, experiments: tuple[str,
 @pytest.fixture(scope="session")
 def synthesized(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
     """The app in both synth modes, by mode."""
+    from aws_cdk import Environment
+
     return {
         "agnostic": synthesize(tmp_path_factory.mktemp("agnostic"), env=None),
         "bound": synthesize(tmp_path_factory.mktemp("bound"), env=Environment(account=ACCOUNT, region=REGION)),
