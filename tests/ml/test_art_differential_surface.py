@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "trainer_client"))
 import agentcore_rl_toolkit as art  # noqa: E402
 import agentcore_rl_toolkit.logging as art_logging  # noqa: E402
 import agentcore_rl_toolkit.runtime as art_runtime  # noqa: E402
-from trainer_support import BUCKET, EXP_ID, RUNTIME_ARN, aws_env, create_experiment, moto_url  # noqa: E402, F401
+from trainer_support import BUCKET, EXP_ID, RUNTIME_ARN, aws_env, create_experiment  # noqa: E402, F401
 
 import agent_app  # noqa: E402
 import agent_app.logging  # noqa: E402

@@ -27,7 +27,7 @@ sys.path[:0] = [str(TESTS / "stand_ins" / "slime"), str(TESTS / "trainer_client"
 from slime.ray.rollout import RolloutManager  # noqa: E402
 from slime.utils.types import Sample  # noqa: E402
 from slime_support import REPO, SLIME_COMMAND, slime_args  # noqa: E402
-from trainer_support import BUCKET, FAST_POLL, Backend, aws_env, create_experiment, moto_url  # noqa: E402, F401
+from trainer_support import BUCKET, FAST_POLL, Backend, aws_env, create_experiment  # noqa: E402, F401
 
 from rollout_contract import DispatchRequest, ErrorInfo, RolloutResult, Status, Timings  # noqa: E402
 from trainer_client import RolloutClient, TraceSettings  # noqa: E402

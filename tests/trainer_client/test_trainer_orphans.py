@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -54,13 +55,16 @@ def live_lease(descriptor, trainer: str) -> None:
 
 
 @pytest.mark.processes
-def test_a_killed_trainers_events_are_deleted_and_attach_journal_still_resolves_them(descriptor, backend, tmp_path):
+def test_a_killed_trainers_events_are_deleted_and_attach_journal_still_resolves_them(
+    descriptor, backend, tmp_path, moto_url
+):
     journal = tmp_path / "killed.jsonl"
     # GIVEN a trainer process killed mid-run (SIGKILL: no close, its lease lapses) with eight rollouts running
     with subprocess.Popen(
         [sys.executable, "-c", KILLED_TRAINER, descriptor.model_dump_json(), str(journal)],
         stdout=subprocess.PIPE,
         text=True,
+        env={**os.environ, "AWS_ENDPOINT_URL": moto_url},
     ) as killed:
         assert killed.stdout is not None and killed.stdout.readline().strip() == "submitted"
         backend.receive(8)

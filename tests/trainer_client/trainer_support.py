@@ -1,4 +1,4 @@
-"""Helpers and fixtures of the trainer tests: a moto server per session, an experiment in it built from the
+"""Helpers and fixtures of the trainer tests: moto in-process per test, an experiment in it built from the
 contract's definitions, and a backend that plays dispatcher + agent. Imported by name (``from trainer_support
 import ...``); ``conftest.py`` imports the fixtures for this directory, other test files import them too.
 """
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
-import httpx
 import pytest
+from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
 from rollout_contract import (
@@ -50,18 +49,14 @@ FAST_POLL = PollSettings(wait_time_s=1, idle_backoff_s=0.05)
 
 
 @functools.cache
-def _moto_client(service: str, url: str) -> Any:
-    session = boto3.Session(region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing")
-    return session.client(service, endpoint_url=url)
-
-
 def aws(service: str) -> Any:
-    """A boto3 client of ``service`` on the moto server this test points at, made once per session.
+    """A boto3 client of ``service`` for the tests' moto, made once per session.
 
     Making a client costs 10-20 ms (a quarter of what setting up an experiment took when each made its own);
-    moto's reset between tests keeps the server, so its clients stay good.
+    the in-process mock answers every client, whenever it was made.
     """
-    return _moto_client(service, os.environ["AWS_ENDPOINT_URL"])
+    session = boto3.Session(region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing")
+    return session.client(service)
 
 
 def queue_arn(name: str) -> str:
@@ -252,41 +247,35 @@ class Backend:
 # Fixtures
 
 
-@functools.cache
-def moto_api(url: str) -> httpx.Client:
-    """One HTTP client per moto server for its own API, kept for the session (making one loads the CA bundle,
-    about 50 ms, which every test's reset paid)."""
-    return httpx.Client(base_url=url, timeout=30, trust_env=False)
-
-
 @pytest.fixture(scope="session")
 def moto_url() -> Iterator[str]:
-    """A moto server on a free port for the whole session, changed as the local stack's is (tests/conftest.py):
-    a missing key is a 403, as S3 answers callers without bucket-wide ``s3:ListBucket`` (the trainer role)."""
+    """A moto server on a free port, for a test that starts a trainer process: it serves the same moto state as the
+    test's in-process mock (one process, one set of backends)."""
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     yield f"http://{host}:{port}"
-    moto_api(f"http://{host}:{port}").close()
     server.stop()
 
 
 @pytest.fixture(autouse=True)
-def aws_env(monkeypatch: pytest.MonkeyPatch, moto_url: str) -> Iterator[None]:
-    """Point boto3 at the session's moto server, emptied for this test."""
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """moto in-process for this test, empty at its start, changed as the local stack's server is
+    (tests/conftest.py): a missing key is a 403, as S3 answers callers without bucket-wide ``s3:ListBucket``
+    (the trainer role)."""
     for name in (
         "AWS_PROFILE",
+        "AWS_ENDPOINT_URL",
         "AWS_ENDPOINT_URL_SQS",
         "AWS_ENDPOINT_URL_S3",
         "AWS_ENDPOINT_URL_SSM",
     ):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_url)
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    moto_api(moto_url).post("/moto-api/reset").raise_for_status()
-    yield
+    with mock_aws():
+        yield
 
 
 @pytest.fixture
