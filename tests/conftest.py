@@ -41,15 +41,18 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Spare the test process Python's full garbage collections, which cost a quarter of its CPU.
+    """Spare the test process Python's full garbage collections, which cost a quarter of its CPU (D86).
 
     The process holds a large heap that lives for the whole session (the imported packages, botocore's parsed
-    service models, moto's backends and its server). Each full collection walks all of it, and the default
-    thresholds start one every few thousand allocations' worth of young collections: measured on the trainer
-    and dispatcher tests, 11 s of 41 s of CPU. Freezing what collection built moves it out of the collector's
-    sight, and a full collection every 1,000 middle ones (not 10) leaves the rest to the young generations,
-    which still free the cycles tests make; the price is memory (one worker peaked near 0.5 GB, not 0.3).
+    service models, moto's backends). Each full collection walks all of it, and the default thresholds start one
+    every few thousand allocations' worth of young collections: measured on the trainer and dispatcher tests,
+    11 s of 41 s of CPU. Freezing what collection built moves it out of the collector's sight, and a full
+    collection every 1,000 middle ones (not 10) leaves the rest to the young generations; the price is memory
+    (a worker's peak 0.5-0.8 GB, not 0.3). Not in a run with e2e tests: their time is the local stack's processes,
+    and objects that hold a child process (``Popen``) must go when their owner is done with them, not at the end.
     """
+    if any(item.get_closest_marker("e2e") for item in session.items):
+        return
     gc.collect()
     gc.freeze()
     young, middle, _ = gc.get_threshold()
