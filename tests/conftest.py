@@ -49,7 +49,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     11 s of 41 s of CPU. Freezing what collection built moves it out of the collector's sight, and a full
     collection every 1,000 middle ones (not 10) leaves the rest to the young generations; the price is memory
     (a worker's peak 0.5-0.8 GB, not 0.3). Not in a run with e2e tests: their time is the local stack's processes,
-    and objects that hold a child process (``Popen``) must go when their owner is done with them, not at the end.
+    and a test that leaves ``Popen`` objects behind (the demo that keeps its stack running) ignores their warning
+    only while it runs, so they must be collected then, not at the end.
     """
     if any(item.get_closest_marker("e2e") for item in session.items):
         return
