@@ -145,7 +145,8 @@ def test_rollout_top_p_below_one_is_refused_before_any_rollout_and_the_yaml_over
     thread = agents.serve_in_thread(2)
     train_data, _ = manager.generate(0)
     thread.join(10)
-    assert train_data["rewards"] == pytest.approx([0.7071, -0.7071], abs=1e-3)
+    group = _group(train_data, 0)
+    assert (group[1.0][0], group[0.0][0]) == pytest.approx((0.7071, -0.7071), abs=1e-3)
     assert agents.requests[0].rollout["sampling_params"]["top_p"] == 0.9
 
 
@@ -161,17 +162,26 @@ def test_padding_samples_stay_out_of_the_group_statistics_with_our_post_process_
     thread.join(10)
     # THEN the lone success has no one to beat (advantage 0, not +0.71 against a phantom 0), the padding 0,
     # and the full group is normalised as slime does
-    assert train_data["raw_reward"] == [1.0, 0.0, 1.0, 0.0]
-    assert train_data["rewards"] == pytest.approx([0.0, 0.0, 0.7071, -0.7071], abs=1e-3)
-    assert train_data["loss_masks"][1] == [0]
+    lone, full = _group(train_data, 0), _group(train_data, 2)
+    assert lone[1.0][0] == pytest.approx(0.0, abs=1e-3) and lone[0.0] == (pytest.approx(0.0, abs=1e-3), [0])
+    assert (full[1.0][0], full[0.0][0]) == pytest.approx((0.7071, -0.7071), abs=1e-3)
     # AND without the hook slime counts the padding as a 0 reward, and the step says so
     args.custom_reward_post_process_path = None
     thread = agents.serve_in_thread(4)
     with caplog.at_level(logging.WARNING, logger="trainer_client.backends.slime"):
         train_data, _ = RolloutManager(args).generate(1)
     thread.join(10)
-    assert train_data["rewards"][:2] == pytest.approx([0.7071, -0.7071], abs=1e-3)
+    lone = _group(train_data, 0)
+    assert (lone[1.0][0], lone[0.0][0]) == pytest.approx((0.7071, -0.7071), abs=1e-3)
     assert "1 padding samples count as reward 0" in caplog.text
+
+
+def _group(train_data: dict[str, Any], first: int) -> dict[float, tuple[float, list[int]]]:
+    """The two samples of the group at ``first``, by raw reward: (reward, loss mask). A group's samples hold its
+    members' outcomes in completion order (``RolloutGroup.items``), which two results written at once do not fix."""
+    return {
+        train_data["raw_reward"][i]: (train_data["rewards"][i], train_data["loss_masks"][i]) for i in (first, first + 1)
+    }
 
 
 def test_generate_rollout_returns_exact_groups_with_every_status_mapped(tmp_path, agents):
@@ -194,7 +204,10 @@ def test_generate_rollout_returns_exact_groups_with_every_status_mapped(tmp_path
     groups = output.samples
     assert [len(group) for group in groups] == [2, 2, 2]
     assert train_data["sample_indices"] == list(range(6))
-    (done, cut), (failed, lost), (refused, cancelled) = groups
+    # a group's samples hold its members' outcomes in completion order: take them in the order of their statuses
+    order = [Sample.Status.COMPLETED, Sample.Status.TRUNCATED, Sample.Status.FAILED, Sample.Status.ABORTED]
+    (done, cut), (failed, lost) = (sorted(group, key=lambda sample: order.index(sample.status)) for group in groups[:2])
+    refused, cancelled = groups[2]
     # a prefix break keeps the last row: the first call is part of its prompt
     assert (done.status, done.reward, done.tokens, done.loss_mask) == (
         Sample.Status.COMPLETED,
@@ -236,8 +249,9 @@ def test_truncation_and_the_mask_policy(tmp_path, agents):
     config = _unit_config(agentcore_failure_policy="mask")
     args = slime_args(tmp_path, rows, "--rollout-max-response-len", "1", config=config)
     thread = agents.serve_in_thread(2)
-    ((cut, failed),) = backend_slime.generate_rollout(args, 4, RolloutManager(args).data_source).samples
+    ((first, second),) = backend_slime.generate_rollout(args, 4, RolloutManager(args).data_source).samples
     thread.join(10)
+    cut, failed = (first, second) if first.status is Sample.Status.TRUNCATED else (second, first)  # completion order
     assert (cut.status, cut.tokens, cut.loss_mask, cut.rollout_log_probs) == (
         Sample.Status.TRUNCATED,
         [5, 6, 7, 9, 8],
