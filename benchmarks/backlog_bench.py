@@ -48,7 +48,7 @@ from trainer_client import PollSettings, RolloutClient
 
 EXP_ID = "backlog"
 SCRIPTED_AGENT = PROJECT_ROOT / "tests" / "e2e" / "agents" / "scripted_agent.py"
-AGENT_PRELOAD = ("boto3", "uvicorn", "bedrock_agentcore.runtime", "agent_app")
+AGENT_PRELOAD = ("agent_app.preload",)
 
 
 def payload(index: int, crash_every: int, rng: random.Random) -> dict[str, Any]:

@@ -79,7 +79,7 @@ from trainer_client import AwsClients, PollSettings, RolloutClient
 
 HERE = Path(__file__).parent
 LATENCY_AGENT = HERE / "agents" / "latency_agent.py"
-AGENT_PRELOAD = ("boto3", "httpx", "uvicorn", "bedrock_agentcore.runtime", "agent_app")
+AGENT_PRELOAD = ("agent_app.preload", "httpx")
 EXP_ID = "latency"
 #: The direct client's results go under another prefix: no result rule matches it, so neither our poller nor
 #: the finisher sees them (the direct client stops its sessions itself).

@@ -62,7 +62,7 @@ from trainer_client._journal import read_journal_entries
 
 EXP_ID = "soak"
 SCRIPTED_AGENT = PROJECT_ROOT / "tests" / "e2e" / "agents" / "scripted_agent.py"
-AGENT_PRELOAD = ("boto3", "uvicorn", "bedrock_agentcore.runtime", "agent_app")
+AGENT_PRELOAD = ("agent_app.preload",)
 ROLLOUT_TIMEOUT_S = 20.0
 #: The trainer holds a send this long when told to pause in it (the run kills it meanwhile).
 PAUSE_IN_SUBMIT_S = 60.0

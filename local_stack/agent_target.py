@@ -26,8 +26,9 @@ from rollout_contract.protocol import STARTUP_LIMIT_S
 
 __all__ = ["AgentStartError", "AgentTargetError", "check_agent", "parse_env", "target_agent"]
 
-#: What every session of a target imports before the agent itself (the emulator's fork server imports it once).
-LAUNCHER_PRELOAD = ("boto3", "uvicorn", "bedrock_agentcore.runtime", "agent_app")
+#: What every session of a target imports before the agent itself (the emulator's fork server imports it once;
+#: :mod:`agent_app.preload` also parses what the result writer's S3 client needs).
+LAUNCHER_PRELOAD = ("agent_app.preload",)
 #: How long :func:`check_agent` waits for ``/ping`` by default: ACR's limit on a session's initialization.
 DEFAULT_START_TIMEOUT_S = float(STARTUP_LIMIT_S)
 _LOG_LINES_SHOWN = 60

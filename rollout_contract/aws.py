@@ -80,6 +80,7 @@ __all__ = [
     "error_reasons",
     "http_status",
     "new_session",
+    "parse_service_models",
 ]
 
 #: botocore's own default for its standard retry mode: a call and two retries (``total_max_attempts``, which
@@ -123,6 +124,18 @@ def new_session(region: str | None = None, credentials: Mapping[str, str] | None
         # boto3 appends its data directory to the loader's search paths for every session: keep each path once.
         _SHARED_LOADER.search_paths[:] = dict.fromkeys(_SHARED_LOADER.search_paths)
         return session
+
+
+def parse_service_models(*services: Service) -> None:
+    """Parse ``services``' models into the loader every session shares, now rather than at their first client.
+
+    For a process that forks (the local stack's fork server): its children then build these clients in about
+    15 ms of CPU instead of 100. Builds one throwaway client per service with placeholder credentials: no
+    credential lookup, no connection, no thread.
+    """
+    session = new_session("us-east-1", {"AWS_ACCESS_KEY_ID": "parse-only", "AWS_SECRET_ACCESS_KEY": "parse-only"})
+    for service in services:
+        session.client(service)
 
 
 class ClientFactory(BaseModel):

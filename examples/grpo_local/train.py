@@ -55,7 +55,7 @@ MODEL_NAME = "tiny-policy"
 AGENT = LocalAgent(
     name="grpo_lookup",
     command=(sys.executable, str(Path(__file__).with_name("agent.py"))),
-    preload=("boto3", "uvicorn", "bedrock_agentcore.runtime", "openai", "agent_app", "examples.grpo_local.task"),
+    preload=("agent_app.preload", "openai", "examples.grpo_local.task"),
 )
 
 

@@ -19,15 +19,7 @@ __all__ = ["MATH_AGENT", "MATH_DEMO", "demo_dataset"]
 MATH_AGENT = LocalAgent(
     name="math_agent",
     command=(sys.executable, str(Path(__file__).with_name("rl_app.py"))),
-    preload=(
-        "boto3",
-        "uvicorn",
-        "bedrock_agentcore.runtime",
-        "strands",
-        "strands.models.openai",
-        "agent_app",
-        "examples.math_agent.agent",
-    ),
+    preload=("agent_app.preload", "strands", "strands.models.openai", "examples.math_agent.agent"),
     requires=("base_url", "model_id"),
 )
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
+from botocore.loaders import JSONFileLoader
 from pydantic import ValidationError
 
-from rollout_contract.aws import USER_AGENT, ClientFactory, error_code, error_message, http_status
+from rollout_contract import aws
+from rollout_contract.aws import USER_AGENT, ClientFactory, error_code, error_message, http_status, parse_service_models
 
 
 def test_a_client_has_standard_retries_the_timeouts_and_the_pool() -> None:
@@ -38,6 +42,26 @@ def test_endpoints_and_credentials_reach_the_clients() -> None:
     assert clients["s3"].meta.endpoint_url == "http://127.0.0.1:5999"
     assert clients["sqs"].meta.endpoint_url.startswith("https://")
     assert clients["sqs"]._request_signer._credentials.access_key == "local-key"
+
+
+@pytest.mark.parametrize("parsed_first", [False, True])
+def test_parsed_service_models_spare_later_clients_the_parse(
+    monkeypatch: pytest.MonkeyPatch, parsed_first: bool
+) -> None:
+    monkeypatch.setattr(aws, "_SHARED_LOADER", None)  # a process that has built no client yet
+    if parsed_first:
+        parse_service_models("s3")
+    files_read: list[str] = []
+    load_file = JSONFileLoader.load_file
+
+    def counting(self: JSONFileLoader, file_path: str) -> Any:
+        files_read.append(file_path)
+        return load_file(self, file_path)
+
+    monkeypatch.setattr(JSONFileLoader, "load_file", counting)
+    factory = ClientFactory(region="eu-west-1", credentials={"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"})
+    factory.client("s3")
+    assert (files_read == []) is parsed_first, files_read
 
 
 def test_a_factory_refuses_settings_out_of_range() -> None:

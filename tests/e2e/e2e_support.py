@@ -23,7 +23,7 @@ HERE = Path(__file__).parent
 SCRIPTED_AGENT = HERE / "agents" / "scripted_agent.py"
 TRAINER_PROCESS = HERE / "trainer_process.py"
 #: The scripted agent's libraries, imported once by the emulator's fork server.
-AGENT_PRELOAD = ("boto3", "uvicorn", "bedrock_agentcore.runtime", "agent_app")
+AGENT_PRELOAD = ("agent_app.preload",)
 EXP = "e2e"
 #: Payloads above this size are refused by the emulator (ACR's limit is 100 MB; lowered to test it).
 EMULATOR_MAX_PAYLOAD = 300 * 1024
