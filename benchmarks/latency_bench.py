@@ -21,7 +21,9 @@ Phases:
 3. batch: N rollouts submitted at once per client, both under the same invoke rate (``--tps``) and session
    budget (``--sessions``): wall time, invokes per second achieved (does the dispatcher keep the budget
    full?), and, for ours, every AWS call the whole system made (moto's request recorder, callers told
-   apart by user-agent app id, as in ``local_stack_bench.py``) with a cost table at published prices.
+   apart by user-agent app id, as in ``local_stack_bench.py``, which also leaves out the calls of the AWS
+   services the twin plays: Lambda's and ACR's metrics, EMF, alarm evaluation) with a cost table at published
+   prices.
 
 The stack runs five dispatcher environments (``--dispatchers``; Lambda starts an SQS event source with five
 concurrent batches) and the sweeper every minute, as in AWS, so batch walls and calls per rollout compare
@@ -386,7 +388,7 @@ def run(settings: BenchSettings) -> Report:
 
 
 def _count_calls(report: Report, records: Sequence[dict[str, Any]], rollouts: int) -> None:
-    """Add the recorded calls (not the baseline's or the probe's) and DynamoDB's request units."""
+    """Add the recorded calls (not the baseline's, the probe's or the AWS services') and DynamoDB's request units."""
     for record in records:
         call = classify(record)
         if call.caller in NOT_THE_SYSTEM:
@@ -596,7 +598,8 @@ def render(report: Report, settings: BenchSettings) -> str:
             "",
             "-- whole-system AWS calls per rollout (ours, batch phase, submit to the last rollout finished) --",
             "   S3 -> EventBridge -> SQS delivery makes no API call; ACR calls (1 invoke + 1 stop) and Lambda",
-            "   compute are priced by consumption, not per call, and are left out of the cost",
+            "   compute are priced by consumption, not per call, and are left out of the cost; so are the calls",
+            "   of the AWS services the twin plays (metrics, EMF, alarm evaluation): AWS makes those itself",
             render_calls(report),
             "",
         ]

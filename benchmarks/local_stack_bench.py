@@ -17,8 +17,11 @@ agent -> S3 -> EventBridge -> completion queue -> the trainer's poller). Printed
    request recorder (``/moto-api/recorder/*``: one JSON record per request every process sent). Callers
    are told apart by the botocore user-agent app id: the trainer's and the baseline's clients set one,
    the Lambda workers inherit ``AWS_SDK_UA_APP_ID`` from this process, agents (scrubbed environment) have
-   none. The baseline's HEADs are counted apart. ACR data-plane calls come from the emulator's
-   ``GET /_admin/stats`` counters.
+   none. The baseline's HEADs are counted apart. Calls signed with the key of an AWS service the twin plays
+   (``local_stack.moto_server.AWS_SERVICE_COMPONENTS``: Lambda's metrics, the handlers' EMF lines put as
+   CloudWatch Logs would, the alarms read as CloudWatch evaluates them, ACR's metrics) are counted apart too: in
+   AWS those services make them, not us. ACR data-plane calls come from the emulator's ``GET /_admin/stats``
+   counters.
 
 Run: ``.venv/bin/python benchmarks/local_stack_bench.py [--rollouts 16] [--concurrency 4] [--kinds 1s,10s]
 [--short-latency 0] [--long-latency 4.75] [--no-traces]``. Rollouts are submitted one by one with at most
@@ -56,7 +59,7 @@ from examples.math_agent.local import MATH_AGENT
 from local_stack._process import environment
 from local_stack.hosting import DEFAULT_MODEL_NAME
 from local_stack.model_endpoint import EndpointSettings
-from local_stack.moto_server import DUMMY_CREDENTIALS, LOCAL_REGION
+from local_stack.moto_server import AWS_SERVICE_COMPONENTS, DUMMY_CREDENTIALS, LOCAL_ACCESS_KEYS, LOCAL_REGION
 from local_stack.stack import DEFAULT_RUN_DIR, LocalStack
 from rollout_contract.resources import ExperimentResources
 from trainer_client import AwsClients, ClientResult, PollSettings, RolloutClient, RolloutFuture
@@ -72,8 +75,12 @@ LAMBDAS_APP_ID = "bench-lambdas"
 PROBE_APP_ID = "bench-probe"
 TRAINER, BASELINE, LAMBDAS, PROBE = "trainer", "baseline", "lambdas", "probe"
 CALLERS = {TRAINER_APP_ID: TRAINER, BASELINE_APP_ID: BASELINE, LAMBDAS_APP_ID: LAMBDAS, PROBE_APP_ID: PROBE}
-#: Callers whose calls are not the pipeline's: the ART baseline's HEADs and the benchmark's own probes.
-NOT_THE_SYSTEM = frozenset({BASELINE, PROBE})
+#: The twin's stand-ins for AWS services, told apart by their access keys (whatever their app id).
+AWS_SERVICES = "aws-services"
+_SERVICE_KEYS = frozenset(LOCAL_ACCESS_KEYS[component] for component in AWS_SERVICE_COMPONENTS)
+#: Callers whose calls are not the pipeline's: the ART baseline's HEADs, the benchmark's own probes, and what the
+#: AWS services do themselves.
+NOT_THE_SYSTEM = frozenset({BASELINE, PROBE, AWS_SERVICES})
 #: Requests with no app id: the agents, whose environment the emulator scrubs.
 UNTAGGED_CALLER = "agents"
 #: The trainer's calls that serve completion (the rest submit rollouts).
@@ -89,7 +96,7 @@ RESULT_GRACE_S = 30.0
 #: The emulator's data-plane counters shown per rollout.
 ACR_COUNTERS = ("invokes", "stops", "throttles", "quota_rejections")
 _APP_ID_RE = re.compile(r"\bapp/(\S+)")
-_SCOPE_RE = re.compile(r"Credential=[^/]+/\d{8}/[^/]+/([^/]+)/aws4_request")
+_SCOPE_RE = re.compile(r"Credential=([^/]+)/\d{8}/[^/]+/([^/]+)/aws4_request")
 _SPACE_RE = re.compile(r"\s*")
 
 
@@ -223,7 +230,9 @@ def classify(record: dict[str, Any]) -> Call:
     app_id = _APP_ID_RE.search(headers.get("user-agent", ""))
     caller = CALLERS.get(app_id.group(1), app_id.group(1)) if app_id else UNTAGGED_CALLER
     scope = _SCOPE_RE.search(headers.get("authorization", ""))
-    service = scope.group(1) if scope else "unsigned"
+    service = scope.group(2) if scope else "unsigned"
+    if scope and scope.group(1) in _SERVICE_KEYS:
+        caller = AWS_SERVICES
     return Call(caller, service, _operation(record, headers, service))
 
 

@@ -19,6 +19,7 @@ from xml.etree import ElementTree
 from local_stack._process import LOCALHOST, ManagedProcess, free_port, http_ready
 
 __all__ = [
+    "AWS_SERVICE_COMPONENTS",
     "DUMMY_CREDENTIALS",
     "EMULATOR_SERVICES",
     "LOCAL_ACCESS_KEYS",
@@ -62,8 +63,11 @@ EMULATOR_SERVICES: Mapping[str, str] = {
 #: Access keys of the local stack, one per component (moto accepts any key), so the server can tell callers apart.
 #: Only the administrator's (provisioning, tests, benchmarks) holds bucket-wide ``s3:ListBucket``, as the deploying
 #: identity does in AWS; no component's role does (``infra/``), so each gets S3's 403 for a missing key. A function's
-#: key signs its handler's calls and its queue's polling (Lambda's SQS poller uses the function's role); ``lambda``
-#: signs what the local worker does in the Lambda service's place (its settings, its ``AWS/Lambda`` metrics).
+#: key signs its handler's calls and its queue's polling (Lambda's SQS poller uses the function's role). Two keys
+#: sign what the twin does in an AWS service's place (:data:`AWS_SERVICE_COMPONENTS`): ``lambda``, the local worker
+#: as the Lambda service (its settings, its ``AWS/Lambda`` metrics, the handlers' EMF lines as CloudWatch Logs
+#: turns them into metrics, the alarms as CloudWatch evaluates them); ``acr``, the emulator's ``AWS/Bedrock-
+#: AgentCore`` metrics.
 LOCAL_ACCESS_KEYS: Mapping[str, str] = {
     "admin": "local-stack",
     "trainer": "local-trainer",
@@ -72,7 +76,10 @@ LOCAL_ACCESS_KEYS: Mapping[str, str] = {
     "sweeper": "local-sweeper",
     "agent": "local-agent",
     "lambda": "local-lambda-service",
+    "acr": "local-acr-service",
 }
+#: Components that stand in for an AWS service: in AWS their calls are the service's own, not API calls of ours.
+AWS_SERVICE_COMPONENTS = frozenset({"lambda", "acr"})
 # Dummy credentials: moto accepts any, and they keep boto3 from looking for real ones.
 DUMMY_CREDENTIALS: Mapping[str, str] = {
     "AWS_ACCESS_KEY_ID": LOCAL_ACCESS_KEYS["admin"],

@@ -213,11 +213,11 @@ def _runtime_metrics(config: EmulatorConfig) -> RuntimeMetrics | None:
     """ACR's runtime metrics, if the config names a CloudWatch to publish them to (the local stack's)."""
     if config.cloudwatch_url is None:
         return None
-    from local_stack.moto_server import DUMMY_CREDENTIALS, LOCAL_REGION
+    from local_stack.moto_server import LOCAL_REGION, credentials
     from rollout_contract.aws import ClientFactory
 
     factory = ClientFactory(
-        region=LOCAL_REGION, endpoints={"cloudwatch": config.cloudwatch_url}, credentials=DUMMY_CREDENTIALS
+        region=LOCAL_REGION, endpoints={"cloudwatch": config.cloudwatch_url}, credentials=credentials("acr")
     )
     return RuntimeMetrics(factory.client("cloudwatch"))
 

@@ -25,7 +25,7 @@ from iam_support import start_synth, synthesized
 
 from local_stack.call_log import RecordedCall
 from local_stack.deployed_policies import Audit, DeployedPolicies, audit
-from local_stack.moto_server import LOCAL_ACCOUNT_ID, LOCAL_REGION, credentials
+from local_stack.moto_server import AWS_SERVICE_COMPONENTS, LOCAL_ACCOUNT_ID, LOCAL_REGION, credentials
 from local_stack.stack import LocalStack, runtime_arn
 from rollout_contract import Status
 from rollout_contract.budgets import SESSION_BUDGET_ID, held_attribute
@@ -227,10 +227,10 @@ def _drive(stack: LocalStack, root: Path) -> None:
 
 def test_every_component_made_calls_under_its_own_key(recorded: Recorded) -> None:
     # GIVEN the recording of every component driven once
-    # THEN each component signed calls with its own key, and nothing else but the test and the Lambda service did
+    # THEN each component signed calls with its own key, and nothing else but the test and the AWS services did
     assert all(recorded.audit.calls[component] > 0 for component in COMPONENTS), recorded.audit.calls
     others = Counter(call.component for call in recorded.calls if call.component not in COMPONENTS)
-    assert set(others) <= {"admin", "lambda"}, others
+    assert set(others) <= {"admin", *AWS_SERVICE_COMPONENTS}, others
 
 
 def test_every_recorded_call_is_allowed_by_its_components_role(recorded: Recorded) -> None:
