@@ -25,19 +25,26 @@ settings.register_profile("check", max_examples=3)
 patch_moto()
 
 
-#: A test module all of whose tests synthesize the CDK app says so in its first lines: ``pytestmark = ... cdk``.
-_CDK_MODULE = re.compile(r"^pytestmark = .*\bpytest\.mark\.cdk\b", re.MULTILINE)
+#: The marks a test module gives all of its tests in its first lines (``pytestmark = pytest.mark.e2e``, or a list).
+_MODULE_MARKS = re.compile(r"^pytestmark = (.*)$", re.MULTILINE)
+_MARK_NAME = re.compile(r"\bpytest\.mark\.(\w+)\b")
+#: A ``-m`` expression that only leaves marks out: ``not e2e and not cdk ...`` (make check's).
+_ONLY_EXCLUSIONS = re.compile(r"\s*not\s+\w+(\s+and\s+not\s+\w+)*\s*")
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """Leave the CDK modules unimported when the run leaves their tests out (``-m "not cdk ..."``, make check).
+    """Leave unimported the modules whose every test the run's ``-m "not a and not b ..."`` leaves out (make check).
 
-    Importing aws_cdk starts jsii's Node process and loads the CDK's assemblies: 2-3 s of CPU in every pytest-xdist
-    worker, for tests the run deselects anyway.
+    Such a run deselects their tests after collecting them anyway; importing them costs each pytest-xdist worker
+    what they import: aws_cdk starts jsii's Node process and loads the CDK's assemblies (2-3 s of CPU), the
+    processes and e2e modules import the OpenAI SDK and the local stack.
     """
-    if "not cdk" not in (config.option.markexpr or "") or collection_path.suffix != ".py":
+    markexpr = config.option.markexpr or ""
+    if collection_path.suffix != ".py" or not _ONLY_EXCLUSIONS.fullmatch(markexpr):
         return None
-    return bool(_CDK_MODULE.search(collection_path.read_text())) or None
+    left_out = set(re.findall(r"not\s+(\w+)", markexpr))
+    declared = _MODULE_MARKS.search(collection_path.read_text())
+    return bool(declared and left_out & set(_MARK_NAME.findall(declared.group(1)))) or None
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -2,8 +2,6 @@
 
 import inspect
 
-from openai.resources.chat.completions import AsyncCompletions
-
 from agent_app import openai_sampling_kwargs
 from agent_app._sampling import OPENAI_SAMPLING_NAMES
 
@@ -25,4 +23,6 @@ def test_no_parameters_give_no_keywords_and_a_given_extra_body_is_merged():
 
 
 def test_every_keyword_is_one_the_openai_sdk_takes():
+    from openai.resources.chat.completions import AsyncCompletions  # here: the SDK takes 1.4 s to import
+
     assert OPENAI_SAMPLING_NAMES <= set(inspect.signature(AsyncCompletions.create).parameters)

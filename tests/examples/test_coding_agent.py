@@ -8,9 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from openai import AsyncOpenAI
 
-from examples.coding_agent.agent import extract_code, solve
 from examples.coding_agent.sandbox import Limits, Sandbox, parse_tests
 from local_stack.model_endpoint import EndpointSettings, create_app
 
@@ -96,6 +94,8 @@ def test_a_solution_that_raises_at_import_scores_zero_with_its_error(sandbox: Sa
 
 @pytest.mark.processes  # 32 child interpreters
 def test_the_bundled_script_answers_every_task_and_gives_each_group_a_spread_of_rewards(sandbox: Sandbox) -> None:
+    from examples.coding_agent.agent import extract_code  # here: the OpenAI SDK takes 1.4 s to import
+
     # GIVEN the task set and the stand-in's script (two files kept apart: payloads and model answers)
     for conversation, task in zip(SCRIPT["conversations"], TASKS, strict=True):
         assert conversation["match"] in task["prompt"]
@@ -110,6 +110,10 @@ def test_the_bundled_script_answers_every_task_and_gives_each_group_a_spread_of_
 
 
 def test_the_agent_runs_the_tools_the_model_calls_and_answers_over_several_turns(tmp_path: Path) -> None:
+    from openai import AsyncOpenAI  # here: the SDK takes 1.4 s to import
+
+    from examples.coding_agent.agent import solve
+
     # GIVEN the stand-in model with the example's script, answering at temperature 0 (its first answer)
     model = create_app(EndpointSettings(script=EXAMPLE / "stand_in.json"))
     task = TASKS[0]

@@ -8,7 +8,6 @@ import pytest
 from math_agent_fake_model import FakeModel
 from starlette.testclient import TestClient
 
-from examples.math_agent.agent import SYSTEM_PROMPT
 from examples.math_agent.calculator import CalculatorError, evaluate, format_number
 from examples.math_agent.dataset import load_gsm8k_jsonl, read_jsonl, synthetic, write_jsonl
 from examples.math_agent.reward import GSM8KReward, extract_final_answer
@@ -129,6 +128,8 @@ def test_bad_gsm8k_lines_are_reported_with_file_and_line(tmp_path, line, message
 
 
 def test_system_prompt_asks_for_the_calculator_and_the_final_answer_format():
+    from examples.math_agent.agent import SYSTEM_PROMPT  # here: Strands and the OpenAI SDK take 2 s to import
+
     assert "calculator" in SYSTEM_PROMPT
     assert "#### <number>" in SYSTEM_PROMPT
 

@@ -11,7 +11,6 @@ from moto import mock_aws
 from starlette.testclient import TestClient
 
 from agent_app import AgentCoreRLApp
-from examples.math_agent import rl_app
 from examples.math_agent.dataset import synthetic
 from rollout_contract.protocol import SESSION_HEADER
 from rollout_contract.results import REDACTED, RolloutResult, Status
@@ -100,6 +99,8 @@ def _roll_out(s3, row: dict, truth: str, sampling_params: dict) -> tuple[FakeMod
 
 def _app_writing_to(s3_client):
     """A fresh app with the example's handler, writing through ``s3_client`` (the constructor seam)."""
+    from examples.math_agent import rl_app  # here, not at the top: Strands and the OpenAI SDK take 2 s to import
+
     app = AgentCoreRLApp(s3_client=s3_client)
     app.rollout_entrypoint(rl_app.invoke)
     return app
