@@ -49,6 +49,10 @@ __all__ = ["CALLS_IN_FLIGHT_HEADER", "SETTLED_TRACES_PATH", "CallsInFlight", "cr
 
 #: Longest wait a settled read may ask for.
 MAX_SETTLE_S = 300.0
+#: How long the gateway keeps an idle connection open: longer than its clients keep one (httpx, the trainer's trace
+#: reader's, drops it after 5 s), so a client never sends on a connection the server is closing. uvicorn's default,
+#: 5 s too, let a read sent as the client's pool reused the connection fail with a ReadError.
+KEEP_ALIVE_S = 75
 _MODEL_CALL_RE = re.compile(r"^/sessions/([^/]+)/v1(?:/.*)?$")
 
 
@@ -183,7 +187,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     import uvicorn
 
     config = _config(argv)
-    uvicorn.run(create_settled_app(config), host=config.host, port=config.port, log_level=config.log_level.lower())
+    uvicorn.run(
+        create_settled_app(config),
+        host=config.host,
+        port=config.port,
+        log_level=config.log_level.lower(),
+        timeout_keep_alive=KEEP_ALIVE_S,
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,11 @@ import uvicorn
 
 from local_stack.model_endpoint.app import DEFAULT_MODEL_NAME, POLICIES, STAND_IN, EndpointSettings, create_app
 
+#: How long an idle connection stays open: longer than the gateway's proxy keeps one in its pool (httpx: 5 s), so
+#: the proxy never sends a model call on a connection this server is closing. At uvicorn's default, 5 s too, a call
+#: after a pause failed now and then with a ReadError at the gateway, and its agent with it.
+KEEP_ALIVE_S = 75
+
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Serve the stand-in model on ``--host``:``--port`` (port 0: the OS chooses, see ``--port-file``)."""
@@ -41,7 +46,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     sock.bind((args.host, args.port))
     if args.port_file:
         args.port_file.write_text(str(sock.getsockname()[1]))
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning", access_log=False))
+    app = create_app(settings)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=KEEP_ALIVE_S))
     server.run(sockets=[sock])
 
 
