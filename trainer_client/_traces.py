@@ -5,12 +5,15 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
-import httpx
 from pydantic import TypeAdapter
 
 from trainer_client._config import TraceSettings
 from trainer_client._results import TokenTrace
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["CALLS_IN_FLIGHT_HEADER", "SETTLED_TRACES_PATH", "TraceReader", "session_base_url"]
 
@@ -44,6 +47,8 @@ class TraceReader:
         transport: httpx.BaseTransport | None = None,
         workers: int = 8,
     ):
+        import httpx  # here: the `rollouts` commands import this module, and httpx takes 0.1-0.2 s to import
+
         self._url = gateway_url.rstrip("/")
         self._settings = settings
         self._http = httpx.Client(
@@ -60,6 +65,8 @@ class TraceReader:
 
     def read(self, session_id: str) -> list[TokenTrace] | None:
         """Return the session's traces in call order, or ``None`` if the gateway could not be read."""
+        import httpx
+
         try:
             if self._settled_route:
                 traces = self._read_settled(session_id)
@@ -74,7 +81,7 @@ class TraceReader:
         response = self._http.get(
             self._url + SETTLED_TRACES_PATH.format(session_id=session_id), params={"timeout_s": self._settings.settle_s}
         )
-        if response.status_code == httpx.codes.NOT_FOUND:
+        if response.status_code == 404:
             self._settled_route = False
             logger.warning(
                 "the gateway at %s has no settled-traces route (a plain rllm-model-gateway?): token traces are "
