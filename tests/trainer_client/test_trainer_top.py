@@ -70,7 +70,7 @@ def test_status_reads_states_budgets_rates_durations_dlqs_and_alarms_without_lis
     _publish(descriptor.exp_id, names.COMPLETED, [1], status=Status.AGENT_ERROR.value)
     _publish(descriptor.exp_id, names.DURATION, [float(s) for s in range(1, 101)])
     boto3.client("dynamodb").put_item(
-        TableName="budgets", Item={BUDGET_PARTITION_KEY: {"S": SESSION_BUDGET_ID}, ATTR_TOTAL: {"N": "3"}}
+        TableName=descriptor.budget_table, Item={BUDGET_PARTITION_KEY: {"S": SESSION_BUDGET_ID}, ATTR_TOTAL: {"N": "3"}}
     )
     alarm_in_state(descriptor.exp_id, "StuckRollouts", "ALARM")
 

@@ -30,7 +30,7 @@ from rollout_contract import (
     parse_dispatch_message,
 )
 from rollout_contract.metrics import NAMESPACE, OVERDUE, alarm_name_prefix
-from rollout_contract.resources import BUDGET_PARTITION_KEY, SESSIONS_PARTITION_KEY, result_event_pattern
+from rollout_contract.resources import BUDGET_TABLE, SESSIONS_PARTITION_KEY, result_event_pattern
 from rollout_contract.sessions import (
     ATTR_DEADLINE_AT,
     ATTR_INPUT_ID,
@@ -86,12 +86,7 @@ def create_experiment(exp_id: str = EXP_ID, bucket: str = BUCKET) -> ExperimentD
     events.put_targets(Rule=resources.result_rule_name, Targets=[{"Id": "completions", "Arn": completion_arn}])
     dynamodb.create_table(**resources.sessions_table.create_table_request())
     try:  # account-wide: the first experiment of a test makes it
-        dynamodb.create_table(
-            TableName="budgets",
-            BillingMode="PAY_PER_REQUEST",
-            KeySchema=[{"AttributeName": BUDGET_PARTITION_KEY, "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": BUDGET_PARTITION_KEY, "AttributeType": "S"}],
-        )
+        dynamodb.create_table(**BUDGET_TABLE.create_table_request())
     except dynamodb.exceptions.ResourceInUseException:
         pass
     descriptor = ExperimentDescriptor(
@@ -101,7 +96,7 @@ def create_experiment(exp_id: str = EXP_ID, bucket: str = BUCKET) -> ExperimentD
         dispatch_queue_url=urls[resources.dispatch_queue.name],
         completion_queue_url=completion_url,
         sessions_table=resources.sessions_table.name,
-        budget_table="budgets",
+        budget_table=BUDGET_TABLE.name,
         runtime_arn=RUNTIME_ARN,
         tps_limit=25.0,
         session_budget=900,
