@@ -3,6 +3,11 @@
 A benchmark calls :func:`begin` first (the load before, the start time, the command line) and
 :meth:`Run.write` at its end; the file is ``benchmarks/results/<name>.json``. The docs link these files
 instead of quoting numbers, so a figure always says where it came from (D84).
+
+The load says what else ran; it does not say how fast the machine was. On the shared machines these run on, the
+same CPU-bound code took 14 ms and 27 ms twenty minutes apart at a load under 1, so each file also records the
+time of one fixed pure-Python workload (:func:`speed_probe_ms`) before and after the run: two runs' figures compare
+when their probes agree.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ class Run:
     name: str
     command: str
     load_before: tuple[float, float, float]
+    probe_ms_before: float
     git: dict[str, Any]
     started: float = field(default_factory=time.monotonic)
 
@@ -41,6 +47,7 @@ class Run:
             **self.git,
             "machine": machine(),
             "load": {"before": list(self.load_before), "after": [round(x, 2) for x in os.getloadavg()]},
+            "speed_probe_ms": {"before": self.probe_ms_before, "after": speed_probe_ms()},
             "wall_s": round(time.monotonic() - self.started, 1),
             "figures": figures,
         }
@@ -61,8 +68,19 @@ def begin(name: str) -> Run:
         name=name,
         command=command,
         load_before=(round(load[0], 2), round(load[1], 2), round(load[2], 2)),
+        probe_ms_before=speed_probe_ms(),
         git=git_state(),
     )
+
+
+def speed_probe_ms(rounds: int = 5) -> float:
+    """How long this machine takes for one fixed pure-Python workload now (the fastest of ``rounds``), in ms."""
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.perf_counter()
+        sum(i * i % 7 for i in range(200_000))
+        best = min(best, time.perf_counter() - started)
+    return round(best * 1000, 1)
 
 
 def git_state() -> dict[str, Any]:
