@@ -47,3 +47,12 @@ def test_the_trainer_commands_and_help_work_without_it(command, tmp_path):
     done = _rollouts(*command, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_cli_starts_without_importing_an_http_client():
+    # GIVEN a fresh interpreter
+    code = "import sys, trainer_client._cli; print('httpx' in sys.modules)"
+    # WHEN the rollouts CLI's module is imported
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
+    # THEN httpx (0.1-0.2 s to import, and with it rich, pygments and click when installed) waits for a trace reader
+    assert out.strip() == "False"
