@@ -81,7 +81,7 @@ from trainer_client import AwsClients, PollSettings, RolloutClient
 
 HERE = Path(__file__).parent
 LATENCY_AGENT = HERE / "agents" / "latency_agent.py"
-AGENT_PRELOAD = ("agent_app.preload", "httpx")
+AGENT_PRELOAD = ("agent_app.preload", "httpx", "httpcore")
 EXP_ID = "latency"
 #: The direct client's results go under another prefix: no result rule matches it, so neither our poller nor
 #: the finisher sees them (the direct client stops its sessions itself).
