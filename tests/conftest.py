@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import functools
 import gc
+import os
 import re
 import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
 from hypothesis import settings
 
 from local_stack.moto_server import patch_moto
+from rollout_contract.aws import ClientFactory, new_session
 
-#: `make check`, the fast loop, runs the property tests with fewer examples (``--hypothesis-profile=check``);
-#: `make test` runs each with its own count.
-settings.register_profile("check", max_examples=3)
+#: `make check`, the fast loop, runs the property tests with fewer examples, and the state machines with fewer
+#: steps (``--hypothesis-profile=check``); `make test` runs each with its own counts.
+settings.register_profile("check", max_examples=3, stateful_step_count=10)
 
 # Every test's moto (the in-process mock and the trainer tests' server alike) answers as the local stack's server
 # does: S3's 403 for a missing key, DynamoDB's atomic transactions, SQS's prompt long polls, no per-request log line.
@@ -75,6 +79,31 @@ def boto_session() -> boto3.Session:
     service model again (about 50 ms a client); this one parses each model once.
     """
     return boto3.Session(region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing")
+
+
+#: What a botocore session takes from the environment once and keeps (its credentials, its region).
+_SESSION_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_REGION")
+
+
+@functools.cache
+def _shared_session(region: str | None, credentials: tuple[tuple[str, str], ...], env: tuple[str | None, ...]) -> Any:
+    return new_session(region, dict(credentials) or None)
+
+
+@pytest.fixture
+def shared_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ``ClientFactory`` of the test takes its clients from one botocore session per region, credentials and
+    credential environment, made once per test process (its clients stay the factory's own).
+
+    A new session costs about 45 ms of CPU (botocore registers 2,580 handlers), and the trainer and lambdas tests
+    build about 200 clients' worth of them: each RolloutClient and each handler runtime makes one.
+    """
+
+    def session(factory: ClientFactory) -> Any:
+        credentials = tuple(sorted((factory.credentials or {}).items()))
+        return _shared_session(factory.region, credentials, tuple(os.environ.get(name) for name in _SESSION_ENV))
+
+    monkeypatch.setattr(ClientFactory, "session", session)
 
 
 @pytest.fixture

@@ -196,7 +196,7 @@ def settings() -> HandlerSettings:
 
 
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def aws(monkeypatch: pytest.MonkeyPatch, shared_sessions: None) -> Iterator[None]:
     """moto for everything moto implements (changed as the local stack's server is: tests/conftest.py), fake
     credentials; metrics and runtime cache cleared."""
     for name, value in {

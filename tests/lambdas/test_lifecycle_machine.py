@@ -283,9 +283,9 @@ def test_every_interleaving_moves_rollouts_only_as_the_table_says(env: Env) -> N
     run_state_machine_as_test(
         Lifecycle,
         settings=settings(
-            # 10 interleavings; fewer under `make check`'s profile (tests/conftest.py).
+            # 10 interleavings of 20 steps; fewer and shorter under `make check`'s profile (tests/conftest.py).
             max_examples=min(10, settings().max_examples),
-            stateful_step_count=20,
+            stateful_step_count=min(20, settings().stateful_step_count),
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
         ),

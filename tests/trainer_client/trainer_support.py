@@ -254,7 +254,7 @@ def moto_url() -> Iterator[str]:
 
 
 @pytest.fixture(autouse=True)
-def aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def aws_env(monkeypatch: pytest.MonkeyPatch, shared_sessions: None) -> Iterator[None]:
     """moto in-process for this test, empty at its start, changed as the local stack's server is
     (tests/conftest.py): a missing key is a 403, as S3 answers callers without bucket-wide ``s3:ListBucket``
     (the trainer role)."""
