@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -85,9 +86,23 @@ def boto_session() -> boto3.Session:
 _SESSION_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_REGION")
 
 
+class _SharedSession:
+    """A boto3 session whose clients are made one at a time (boto3's sessions are not thread-safe)."""
+
+    def __init__(self, session: boto3.Session) -> None:
+        self._session = session
+        self._lock = threading.Lock()
+
+    def client(self, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return self._session.client(*args, **kwargs)
+
+
 @functools.cache
-def _shared_session(region: str | None, credentials: tuple[tuple[str, str], ...], env: tuple[str | None, ...]) -> Any:
-    return new_session(region, dict(credentials) or None)
+def _shared_session(
+    region: str | None, credentials: tuple[tuple[str, str], ...], env: tuple[str | None, ...]
+) -> _SharedSession:
+    return _SharedSession(new_session(region, dict(credentials) or None))
 
 
 @pytest.fixture
