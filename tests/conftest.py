@@ -82,8 +82,9 @@ def boto_session() -> boto3.Session:
     return boto3.Session(region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing")
 
 
-#: What a botocore session takes from the environment once and keeps (its credentials, its region).
-_SESSION_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_REGION")
+#: What a botocore session reads from the environment once and keeps: its credentials (the region and the endpoint
+#: URLs it reads again for each client).
+_SESSION_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")
 
 
 class _SharedSession:
