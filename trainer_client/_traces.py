@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from http import HTTPStatus
 from typing import TYPE_CHECKING
 
 from pydantic import TypeAdapter
@@ -81,7 +82,7 @@ class TraceReader:
         response = self._http.get(
             self._url + SETTLED_TRACES_PATH.format(session_id=session_id), params={"timeout_s": self._settings.settle_s}
         )
-        if response.status_code == 404:
+        if response.status_code == HTTPStatus.NOT_FOUND:
             self._settled_route = False
             logger.warning(
                 "the gateway at %s has no settled-traces route (a plain rllm-model-gateway?): token traces are "
