@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import gc
 import os
@@ -10,7 +11,7 @@ import shutil
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,22 +89,85 @@ _SESSION_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN
 
 
 class _SharedSession:
-    """A boto3 session whose clients are made one at a time (boto3's sessions are not thread-safe)."""
+    """A boto3 session whose clients are made one at a time (boto3's sessions are not thread-safe), and kept
+    while :data:`_KEEPING` says so.
+
+    Making a client costs 6-20 ms of CPU, and each lambdas test makes about 9 (its experiment's and each handler
+    runtime's). A client that reaches AWS, which in these tests is moto in-process (no endpoint URL), is then made
+    once per configuration and environment and lent to one user per test; :meth:`take_back` undoes what the test
+    registered on it (call counters, locks). Clients of local servers (an endpoint URL: a port per test) are made
+    anew. Only for tests that leave no thread behind: a RolloutClient's poller outlives its ``close()`` by up to a
+    long poll, and would make its calls on the client the next test was lent.
+    """
 
     def __init__(self, session: boto3.Session) -> None:
         self._session = session
         self._lock = threading.Lock()
+        #: Kept clients with their event handlers as made, by configuration and environment.
+        self._kept: dict[tuple[Any, ...], list[tuple[Any, Any]]] = {}
+        #: The kept clients lent since the last ``take_back``, by id: one user each.
+        self._lent: dict[int, tuple[Any, Any]] = {}
 
-    def client(self, *args: Any, **kwargs: Any) -> Any:
+    def client(self, service_name: str, **kwargs: Any) -> Any:
+        key = _client_key(service_name, kwargs)
         with self._lock:
-            return self._session.client(*args, **kwargs)
+            if key is None or not _KEEPING.is_set():
+                return self._session.client(service_name, **kwargs)
+            kept = self._kept.setdefault(key, [])
+            free = next((pair for pair in kept if id(pair[0]) not in self._lent), None)
+            if free is None:
+                client = self._session.client(service_name, **kwargs)
+                free = (client, copy.copy(client.meta.events._emitter))
+                kept.append(free)
+            self._lent[id(free[0])] = free
+            return free[0]
+
+    def take_back(self) -> None:
+        """Give the lent clients back their event handlers as made (botocore's own copy of an emitter)."""
+        with self._lock:
+            for client, handlers_as_made in self._lent.values():
+                client.meta.events._emitter.__dict__ = copy.copy(handlers_as_made).__dict__
+            self._lent.clear()
+
+
+def _client_key(service_name: str, kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+    """What a client of ``service_name`` made with ``kwargs`` depends on, ``None`` for one not to keep.
+
+    A client reads its configuration from the environment when made (``AWS_*``: region, retry mode, endpoints).
+    """
+    endpoint_variables = ("AWS_ENDPOINT_URL", f"AWS_ENDPOINT_URL_{service_name.upper().replace('-', '_')}")
+    if kwargs.get("endpoint_url") or any(os.environ.get(name) for name in endpoint_variables):
+        return None
+    config = kwargs.get("config")
+    options = sorted(config._user_provided_options.items()) if config is not None else []
+    environment = sorted(
+        (name, value)
+        for name, value in os.environ.items()
+        if name.startswith("AWS_") and not name.startswith("AWS_ENDPOINT_URL")
+    )
+    other = sorted((name, value) for name, value in kwargs.items() if name != "config")
+    return (service_name, repr(options), repr(other), tuple(environment))
+
+
+#: Every shared session made in this process.
+_SESSIONS: list[_SharedSession] = []
+#: Set while a test that uses ``shared_clients`` runs.
+_KEEPING = threading.Event()
 
 
 @functools.cache
 def _shared_session(
     region: str | None, credentials: tuple[tuple[str, str], ...], env: tuple[str | None, ...]
 ) -> _SharedSession:
-    return _SharedSession(new_session(region, dict(credentials) or None))
+    session = _SharedSession(new_session(region, dict(credentials) or None))
+    _SESSIONS.append(session)
+    return session
+
+
+def shared_session(factory: ClientFactory) -> _SharedSession:
+    """The shared session of ``factory``'s region and credentials in the current credential environment."""
+    credentials = tuple(sorted((factory.credentials or {}).items()))
+    return _shared_session(factory.region, credentials, tuple(os.environ.get(name) for name in _SESSION_ENV))
 
 
 @pytest.fixture
@@ -114,12 +178,19 @@ def shared_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
     A new session costs about 45 ms of CPU (botocore registers 2,580 handlers), and the trainer and lambdas tests
     build about 200 clients' worth of them: each RolloutClient and each handler runtime makes one.
     """
+    monkeypatch.setattr(ClientFactory, "session", shared_session)
 
-    def session(factory: ClientFactory) -> Any:
-        credentials = tuple(sorted((factory.credentials or {}).items()))
-        return _shared_session(factory.region, credentials, tuple(os.environ.get(name) for name in _SESSION_ENV))
 
-    monkeypatch.setattr(ClientFactory, "session", session)
+@pytest.fixture
+def shared_clients(shared_sessions: None) -> Iterator[None]:
+    """Shared sessions, whose clients that reach moto are kept from test to test (see :class:`_SharedSession`)."""
+    _KEEPING.set()
+    try:
+        yield
+    finally:
+        _KEEPING.clear()
+        for session in _SESSIONS:
+            session.take_back()
 
 
 @pytest.fixture

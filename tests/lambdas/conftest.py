@@ -21,7 +21,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-import boto3
 import pytest
 from moto import mock_aws
 
@@ -196,7 +195,7 @@ def settings() -> HandlerSettings:
 
 
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch, shared_sessions: None) -> Iterator[None]:
+def aws(monkeypatch: pytest.MonkeyPatch, shared_clients: None) -> Iterator[None]:
     """moto for everything moto implements (changed as the local stack's server is: tests/conftest.py), fake
     credentials; metrics and runtime cache cleared."""
     for name, value in {
@@ -248,12 +247,11 @@ class Env:
 
 
 @pytest.fixture
-def env(
-    aws: None, acr: AcrDouble, settings: HandlerSettings, boto_session: boto3.Session, monkeypatch: pytest.MonkeyPatch
-) -> Env:
+def env(aws: None, acr: AcrDouble, settings: HandlerSettings, monkeypatch: pytest.MonkeyPatch) -> Env:
     """Bucket, tables and queues from the contract's definitions, and a runtime wired to them."""
     resources = ExperimentResources.for_experiment(EXP_ID)
-    s3, sqs, dynamodb, events = (boto_session.client(name) for name in ("s3", "sqs", "dynamodb", "events"))
+    session = ClientFactory(region=REGION).session()  # the test process's (the ``aws`` fixture's shared sessions)
+    s3, sqs, dynamodb, events = (session.client(name) for name in ("s3", "sqs", "dynamodb", "events"))
     s3.create_bucket(Bucket=BUCKET)
     dynamodb.create_table(**resources.sessions_table.create_table_request())
     dynamodb.create_table(**BUDGET_TABLE.create_table_request())
@@ -271,7 +269,7 @@ def env(
     events.put_targets(Rule=resources.result_rule_name, Targets=[{"Id": "finisher", "Arn": finisher_arn}])
     settings = settings.model_copy(update={"dispatch_queue_url": dispatch_url})
     agentcore = ClientFactory(endpoints={"bedrock-agentcore": acr.url}).client(
-        "bedrock-agentcore", single_attempt=True, session=boto_session
+        "bedrock-agentcore", single_attempt=True, session=session
     )
     for name, value in settings.to_env().items():
         monkeypatch.setenv(name, value)
