@@ -8,9 +8,8 @@ import threading
 import urllib.request
 from datetime import UTC, datetime, timedelta
 
-import boto3
 import pytest
-from trainer_support import alarm_in_state
+from trainer_support import alarm_in_state, aws
 
 from rollout_contract import Status
 from rollout_contract import metrics as names
@@ -21,7 +20,7 @@ from trainer_client._dashboard import DashboardReader, evaluate, monitored, serv
 
 def _publish(namespace: str, name: str, values: list[float], **dimensions: str) -> None:
     """Data points two seconds ago (moto reads up to the second)."""
-    boto3.client("cloudwatch").put_metric_data(
+    aws("cloudwatch").put_metric_data(
         Namespace=namespace,
         MetricData=[
             {
@@ -58,7 +57,7 @@ def test_every_widget_of_the_definition_is_read_with_searches_resolved_and_math_
     _publish(names.NAMESPACE, names.COMPLETED, [9], exp_id=exp, status="succeeded", run="r2", extra="x")
     alarm_in_state(exp, "StuckRollouts", "ALARM")
     # WHEN the dashboard is read
-    cloudwatch = boto3.client("cloudwatch")
+    cloudwatch = aws("cloudwatch")
     data = DashboardReader(descriptor, cloudwatch).read()
     widgets = {widget["title"]: widget for widget in data["widgets"]}
 
@@ -86,7 +85,7 @@ def test_every_widget_of_the_definition_is_read_with_searches_resolved_and_math_
 
 def test_the_server_answers_the_page_and_its_data_on_localhost(descriptor) -> None:
     # GIVEN the dashboard served on a free port
-    with server(DashboardReader(descriptor, boto3.client("cloudwatch")), 0) as serving:
+    with server(DashboardReader(descriptor, aws("cloudwatch")), 0) as serving:
         threading.Thread(target=serving.serve_forever, daemon=True).start()
         url = f"http://127.0.0.1:{serving.server_address[1]}/"
         try:

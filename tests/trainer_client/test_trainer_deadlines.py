@@ -6,8 +6,8 @@ import asyncio
 import time
 from collections import Counter
 
-import boto3
 import pytest
+from trainer_support import aws
 
 from rollout_contract import DispatchRequest
 from rollout_contract.sessions import SessionState
@@ -19,7 +19,7 @@ LATE_POLL = PollSettings(wait_time_s=1, idle_backoff_s=0.05, deadline_grace_s=0.
 
 def lose_result_events(descriptor) -> None:
     """Take the completion queue off the result rule, as an operator editing the rule would."""
-    events = boto3.client("events")
+    events = aws("events")
     rule = descriptor.resources.result_rule_name
     targets = events.list_targets_by_rule(Rule=rule)["Targets"]
     events.remove_targets(Rule=rule, Ids=[target["Id"] for target in targets])
@@ -28,9 +28,9 @@ def lose_result_events(descriptor) -> None:
 def count_calls(client: RolloutClient) -> Counter[str]:
     """Count every AWS call the client's own boto3 clients make, by operation name."""
     calls: Counter[str] = Counter()
-    for aws in client._clients:
-        if aws is not None:
-            aws.meta.events.register("before-call.*.*", lambda model, **_: calls.update([model.name]))
+    for boto_client in client._clients:
+        if boto_client is not None:
+            boto_client.meta.events.register("before-call.*.*", lambda model, **_: calls.update([model.name]))
     return calls
 
 

@@ -7,8 +7,8 @@ import json
 import time
 from concurrent.futures import CancelledError
 
-import boto3
 import pytest
+from trainer_support import aws
 
 from rollout_contract import CancelRequest, InvalidIdError, Status, payload_ref_key
 from rollout_contract.messages import SQS_MAX_INLINE_PAYLOAD_BYTES
@@ -274,7 +274,7 @@ def test_close_fails_pending_futures_with_client_closed_error(descriptor, backen
 
 def test_for_experiment_reads_the_descriptor_from_ssm(descriptor, backend, fast_poll):
     # WHEN a client is built from the experiment name alone
-    with RolloutClient.for_experiment(descriptor.exp_id, ssm=boto3.client("ssm"), poll=fast_poll) as client:
+    with RolloutClient.for_experiment(descriptor.exp_id, ssm=aws("ssm"), poll=fast_poll) as client:
         future = client.invoke({})
         backend.serve(1)
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-import boto3
 import pytest
-from trainer_support import FAST_POLL
+from trainer_support import FAST_POLL, aws
 
 from rollout_contract import ExperimentResources
 from trainer_client import MissingRolloutFieldError, RolloutClient
@@ -16,7 +15,7 @@ from trainer_client._cli import main
 def publish(descriptor, **fields):
     """Publish ``descriptor`` with ``fields`` changed, as the stack would; return the new one."""
     changed = descriptor.model_copy(update=fields)
-    boto3.client("ssm").put_parameter(
+    aws("ssm").put_parameter(
         Name=ExperimentResources.for_experiment(descriptor.exp_id).descriptor_parameter,
         Value=changed.model_dump_json(),
         Type="String",
@@ -46,7 +45,7 @@ def test_a_rollout_without_a_field_the_agent_needs_is_refused_before_anything_is
             client.invoke({"q": 1})
         assert client.pending_count == 0
     # AND nothing reached the dispatch queue
-    attributes = boto3.client("sqs").get_queue_attributes(
+    attributes = aws("sqs").get_queue_attributes(
         QueueUrl=descriptor.dispatch_queue_url, AttributeNames=["ApproximateNumberOfMessages"]
     )["Attributes"]
     assert attributes["ApproximateNumberOfMessages"] == "0"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import time
 
-import boto3
 import pytest
+from trainer_support import aws
 
 from rollout_contract.sandbox import new_sandbox_session_id
 from rollout_contract.sessions import (
@@ -38,7 +38,7 @@ def record(descriptor, session_id, state, input_id, *, deadline_in=None, age=720
         item.update({ATTR_INFLIGHT: {"S": INFLIGHT_MARK}, ATTR_DEADLINE_AT: {"N": str(now + deadline_in)}})
     if status is not None:
         item[ATTR_STATUS] = {"S": status}
-    boto3.client("dynamodb").put_item(TableName=descriptor.sessions_table, Item=item)
+    aws("dynamodb").put_item(TableName=descriptor.sessions_table, Item=item)
 
 
 @pytest.fixture
@@ -50,9 +50,7 @@ def rollouts(descriptor):
     record(descriptor, ids["adm-c"], "admitted", "g2", deadline_in=600)
     record(descriptor, ids["que-d"], "queued", "g1")
     record(descriptor, ids["fin-e"], "finished", "g3", status="succeeded")
-    boto3.client("dynamodb").put_item(
-        TableName=descriptor.sessions_table, Item={ATTR_SESSION_ID: {"S": trainer_item_key("t1")}}
-    )
+    aws("dynamodb").put_item(TableName=descriptor.sessions_table, Item={ATTR_SESSION_ID: {"S": trainer_item_key("t1")}})
     return ids
 
 

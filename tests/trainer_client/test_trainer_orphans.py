@@ -7,9 +7,8 @@ import subprocess
 import sys
 import time
 
-import boto3
 import pytest
-from trainer_support import BUCKET, scripted
+from trainer_support import BUCKET, aws, scripted
 
 from rollout_contract import DispatchRequest
 from rollout_contract.resources import SESSIONS_PARTITION_KEY
@@ -22,7 +21,7 @@ SHORT_LEASE = PollSettings(wait_time_s=1, idle_backoff_s=0.05, lease_s=2.0, leas
 
 def receive_counts(descriptor) -> list[int]:
     """ApproximateReceiveCount of every message left in the completion queue (received once more to see it)."""
-    sqs = boto3.client("sqs")
+    sqs = aws("sqs")
     counts = []
     while messages := sqs.receive_message(
         QueueUrl=descriptor.completion_queue_url,
@@ -35,7 +34,7 @@ def receive_counts(descriptor) -> list[int]:
 
 
 def dlq_depth(descriptor) -> int:
-    sqs = boto3.client("sqs")
+    sqs = aws("sqs")
     url = sqs.get_queue_url(QueueName=descriptor.resources.completion_queue.dlq_name)["QueueUrl"]
     attributes = sqs.get_queue_attributes(
         QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
@@ -45,7 +44,7 @@ def dlq_depth(descriptor) -> int:
 
 def live_lease(descriptor, trainer: str) -> None:
     """Write a lease item for ``trainer`` that is alive for an hour (another trainer process, running)."""
-    boto3.client("dynamodb").put_item(
+    aws("dynamodb").put_item(
         TableName=descriptor.sessions_table,
         Item={
             SESSIONS_PARTITION_KEY: {"S": trainer_item_key(trainer)},

@@ -7,8 +7,8 @@ import threading
 import time
 from collections.abc import Callable
 
-import boto3
 import pytest
+from trainer_support import aws
 
 from rollout_contract import ResultKey, new_session_id
 from rollout_contract.events import OBJECT_CREATED, S3_SOURCE, ObjectCreated
@@ -48,7 +48,7 @@ class SlowReads:
 @pytest.mark.parametrize("receivers", [2, 3])
 def test_an_event_behind_a_slow_result_read_resolves_while_that_read_goes_on(receivers: int) -> None:
     # GIVEN a poller whose result read of a "slow" rollout blocks until the "quick" one has resolved
-    sqs = boto3.client("sqs")
+    sqs = aws("sqs")
     queue_url = sqs.create_queue(QueueName=f"completion-{new_session_id()[:8]}")["QueueUrl"]
     reads = SlowReads()
     poller = CompletionPoller(sqs, queue_url, reads, PollSettings(wait_time_s=1, receivers=receivers), name="poller")
@@ -80,7 +80,7 @@ def test_an_event_behind_a_slow_result_read_resolves_while_that_read_goes_on(rec
 
 def test_a_poller_needs_a_receiver() -> None:
     with pytest.raises(ValueError, match="receivers must be at least 1"):
-        CompletionPoller(boto3.client("sqs"), "url", lambda event: event, PollSettings(receivers=0), name="none")
+        CompletionPoller(aws("sqs"), "url", lambda event: event, PollSettings(receivers=0), name="none")
 
 
 class BlockedLongPoll:

@@ -7,7 +7,7 @@ import json
 import boto3
 import pytest
 from botocore.exceptions import ClientError as BotoClientError
-from trainer_support import BUCKET, Backend
+from trainer_support import BUCKET, Backend, aws
 
 from rollout_contract import DispatchRequest, InvalidIdError, RolloutResult, Status
 from rollout_contract.messages import SQS_MAX_INLINE_PAYLOAD_BYTES
@@ -102,7 +102,7 @@ def test_a_failed_large_payload_upload_is_a_submit_error_caused_by_botocore(clie
 def test_status_and_results_raise_aws_error_not_botocore_errors(client, descriptor):
     # GIVEN the experiment's bucket and a queue are gone
     boto3.resource("s3").Bucket(descriptor.results_bucket).delete()
-    boto3.client("sqs").delete_queue(QueueUrl=descriptor.completion_queue_url)
+    aws("sqs").delete_queue(QueueUrl=descriptor.completion_queue_url)
 
     # WHEN the trainer inspects the experiment THEN each failure is an AwsError with AWS's code
     with pytest.raises(AwsError) as status_error:
@@ -126,7 +126,7 @@ def test_results_read_like_arts_dicts_and_keep_typed_attributes(client, backend)
     (item,) = list(client.run_batch([{"reward": 0.75}], 1))
 
     # THEN the result is the stored document, a real dict as in ART, and the attributes stay typed
-    stored = json.loads(boto3.client("s3").get_object(Bucket=client.s3_bucket, Key=future.result_key)["Body"].read())
+    stored = json.loads(aws("s3").get_object(Bucket=client.s3_bucket, Key=future.result_key)["Body"].read())
     assert isinstance(result, dict) and result == stored and json.loads(json.dumps(result)) == stored
     assert list(result) == list(stored) and dict(result.items()) == stored
     assert result["rewards"] == [0.25] and result.rewards == [0.25] and result.reward == 0.25

@@ -7,9 +7,9 @@ import logging
 import math
 from pathlib import Path
 
-import boto3
 import pytest
 from botocore.exceptions import EndpointConnectionError
+from trainer_support import aws
 
 from rollout_contract import DispatchRequest, Status
 from trainer_client import (
@@ -88,7 +88,7 @@ def _killed_mid_submit(descriptor, journal: Path, count: int, sent: int) -> list
     ]
     writer = Journal(journal)
     writer.record(requests)
-    sqs = boto3.client("sqs")
+    sqs = aws("sqs")
     for request in requests[:sent]:
         sqs.send_message(QueueUrl=descriptor.dispatch_queue_url, MessageBody=request.to_body())
     writer.mark_sent(request.key for request in requests[:sent])

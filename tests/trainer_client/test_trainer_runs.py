@@ -7,7 +7,7 @@ from collections import Counter
 
 import boto3
 import pytest
-from trainer_support import BUCKET, FAST_POLL
+from trainer_support import BUCKET, FAST_POLL, aws
 
 from rollout_contract import InvalidIdError, parse_result_key
 from rollout_contract.sessions import ATTR_DEADLINE_AT, ATTR_EXP_ID, ATTR_INFLIGHT, ATTR_SESSION_ID, INFLIGHT_MARK
@@ -16,7 +16,7 @@ from trainer_client._cli import main
 
 
 def _in_flight(descriptor, exp_id: str, session_id: str) -> None:
-    boto3.client("dynamodb").put_item(
+    aws("dynamodb").put_item(
         TableName=descriptor.sessions_table,
         Item={
             ATTR_SESSION_ID: {"S": session_id},

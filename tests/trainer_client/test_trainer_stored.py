@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
-from trainer_support import BUCKET
+from trainer_support import BUCKET, aws
 
 from trainer_client import RolloutClient
 from trainer_client._stored import read_if_stored
@@ -17,13 +16,13 @@ MISSING = "exp-test/q/" + "0" * 36 + ".json"
 def test_the_test_server_answers_a_missing_key_with_403_as_s3_does_for_the_trainer(descriptor):
     # GIVEN the trainer's credentials (no bucket-wide ListBucket) WHEN it reads a missing key THEN S3 says 403
     with pytest.raises(ClientError) as raised:
-        boto3.client("s3").get_object(Bucket=BUCKET, Key=MISSING)
+        aws("s3").get_object(Bucket=BUCKET, Key=MISSING)
     assert raised.value.response["Error"]["Code"] == "AccessDenied"
 
 
 def test_a_missing_result_reads_as_none_and_a_stored_one_as_its_bytes(descriptor):
     # GIVEN one stored object and one missing key
-    s3 = boto3.client("s3")
+    s3 = aws("s3")
     s3.put_object(Bucket=BUCKET, Key="exp-test/q/stored.json", Body=b"{}")
     # WHEN both are read THEN the missing one is None (not an error) and the stored one its bytes
     assert read_if_stored(s3, BUCKET, MISSING) is None
@@ -39,5 +38,5 @@ def test_attach_waits_for_rollouts_that_have_no_result_yet(descriptor, backend, 
 
 def test_the_doctors_stuck_canary_check_sees_a_missing_result_as_missing(descriptor):
     # GIVEN the doctor with the trainer's credentials WHEN it asks whether a missing result exists THEN it says no
-    doctor = Experiment(descriptor, {"s3": boto3.client("s3")})
+    doctor = Experiment(descriptor, {"s3": aws("s3")})
     assert _result_exists(doctor, MISSING) is False

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-import boto3
-from trainer_support import alarm_in_state
+from trainer_support import alarm_in_state, aws
 
 from rollout_contract import DispatchRequest, Status
 from rollout_contract import metrics as names
@@ -20,7 +19,7 @@ from trainer_client._top import Watch
 def _in_flight(descriptor, session_id: str, *, holds: bool = True) -> None:
     """Mark a rollout as holding a session slot (the dispatcher's in-flight mark), or not any more."""
     key = {SESSIONS_PARTITION_KEY: {"S": session_id}}
-    dynamodb = boto3.client("dynamodb")
+    dynamodb = aws("dynamodb")
     if holds:
         dynamodb.update_item(
             TableName=descriptor.sessions_table,
@@ -41,7 +40,7 @@ def _in_flight(descriptor, session_id: str, *, holds: bool = True) -> None:
 def _publish(exp_id: str, name: str, values: list[float], **dimensions: str) -> None:
     """Put data points as the functions' EMF lines reach CloudWatch (two seconds ago: moto reads up to the second)."""
     now = datetime.now(UTC) - timedelta(seconds=2)
-    boto3.client("cloudwatch").put_metric_data(
+    aws("cloudwatch").put_metric_data(
         Namespace=names.NAMESPACE,
         MetricData=[
             {
@@ -69,7 +68,7 @@ def test_status_reads_states_budgets_rates_durations_dlqs_and_alarms_without_lis
     _publish(descriptor.exp_id, names.COMPLETED, [8], status=Status.SUCCEEDED.value)
     _publish(descriptor.exp_id, names.COMPLETED, [1], status=Status.AGENT_ERROR.value)
     _publish(descriptor.exp_id, names.DURATION, [float(s) for s in range(1, 101)])
-    boto3.client("dynamodb").put_item(
+    aws("dynamodb").put_item(
         TableName=descriptor.budget_table, Item={BUDGET_PARTITION_KEY: {"S": SESSION_BUDGET_ID}, ATTR_TOTAL: {"N": "3"}}
     )
     alarm_in_state(descriptor.exp_id, "StuckRollouts", "ALARM")
