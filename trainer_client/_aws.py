@@ -10,7 +10,7 @@ from botocore.exceptions import BotoCoreError, EndpointConnectionError, NoCreden
 from botocore.exceptions import ClientError as BotoClientError
 
 from rollout_contract import ExperimentDescriptor, ExperimentResources
-from rollout_contract.aws import ClientFactory, error_code, new_session
+from rollout_contract.aws import ClientFactory, error_code
 from trainer_client._exceptions import AwsError, ExperimentNotFoundError
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def load_descriptor(exp_id: str, *, region: str | None = None, ssm: SSMClient | 
         AwsError: SSM could not be read.
     """
     parameter = ExperimentResources.for_experiment(exp_id).descriptor_parameter
-    ssm = ssm or new_session(region).client("ssm")
+    ssm = ssm or ClientFactory(region=region).client("ssm")
     try:
         with aws_call(f"reading the descriptor of experiment {exp_id!r}"):
             value = ssm.get_parameter(Name=parameter)["Parameter"]["Value"]
