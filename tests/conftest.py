@@ -113,7 +113,7 @@ class _SharedSession:
     once per configuration and environment and lent to one user per test; :meth:`take_back` undoes what the test
     registered on it (call counters, locks). Clients of local servers (an endpoint URL: a port per test) are made
     anew. Only for tests that leave no thread behind: a RolloutClient's poller outlives its ``close()`` by up to a
-    long poll, and would make its calls on the client the next test was lent.
+    long poll, and could make its calls on a client lent to the next test (whose call counts would then be off).
     """
 
     def __init__(self, session: boto3.Session) -> None:
