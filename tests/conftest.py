@@ -71,21 +71,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
     young, middle, _ = gc.get_threshold()
     gc.set_threshold(young, middle, 1000)
-    session.config.stash[_HEAP_FROZEN] = True
-
-
-#: Set when :func:`pytest_collection_finish` froze the heap.
-_HEAP_FROZEN = pytest.StashKey[bool]()
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """At the end of a run whose heap was frozen, freeze it again: the full collections left to do then (pytest's
-    own, looking for unraisable exceptions, and the interpreter's at exit) would walk all that the tests left
-    in the old generation, 3-7 s of each pytest-xdist worker's last seconds (D88). The cycles among it are
-    not finalized; the tests' own warnings (an unclosed file freed by its count) were raised as they ran.
+    """At the end of a run whose heap :func:`pytest_collection_finish` froze, freeze it again: the full collections
+    left to do then (pytest's own, looking for unraisable exceptions, and the interpreter's at exit) would walk all
+    that the tests left in the old generation, 3-7 s of each pytest-xdist worker's last seconds (D88). The cycles
+    among it are not finalized; the tests' own warnings (an unclosed file freed by its count) were raised as they
+    ran.
     """
-    if config.stash.get(_HEAP_FROZEN, False):
+    if gc.get_freeze_count():
         gc.freeze()
 
 
@@ -125,9 +121,9 @@ class _SharedSession:
         self._lent: dict[int, tuple[Any, Any]] = {}
 
     def client(self, service_name: str, **kwargs: Any) -> Any:
-        key = _client_key(service_name, kwargs)
+        key = _client_key(service_name, kwargs) if _KEEPING.is_set() else None
         with self._lock:
-            if key is None or not _KEEPING.is_set():
+            if key is None:
                 return self._session.client(service_name, **kwargs)
             kept = self._kept.setdefault(key, [])
             free = next((pair for pair in kept if id(pair[0]) not in self._lent), None)
