@@ -29,10 +29,12 @@ with warnings.catch_warnings():  # verl and Ray warn at import about their own d
     from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
     from verl.utils import tensordict_utils as tu
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+    from verl.workers.rollout.llm_server import LLMServerClient
     from verl_support import (
         LOOP_ENTRY,
         VERL_COMMAND,
         MemoryTransferQueue,
+        ServerIds,
         build_loop,
         legacy_worker,
         model_dir,
@@ -40,7 +42,9 @@ with warnings.catch_warnings():  # verl and Ray warn at import about their own d
         trainer_config,
     )
 
+    from trainer_client.backends import verl as verl_backend
     from trainer_client.backends.verl import (
+        LEGACY_TRAINER_WARNING,
         AgentCoreAgentLoop,
         FailurePolicy,
         RolloutFailedError,
@@ -184,12 +188,15 @@ class _FakeClient:
 
     poll_settings = PollSettings()
 
-    def __init__(self, res: ClientResult) -> None:
-        self.res = res
+    def __init__(self, res: ClientResult | list[ClientResult]) -> None:
+        self.results = res if isinstance(res, list) else None
+        self.res = res[0] if isinstance(res, list) else res
         self.calls: list[tuple[dict[str, Any], str, float, dict[str, Any]]] = []
 
     async def invoke_async(self, payload, session_id=None, input_id=None, timeout=0.0, **overrides):
         self.calls.append((payload, input_id, timeout, overrides))
+        if self.results:  # the prepared results in turn
+            self.res = self.results[(len(self.calls) - 1) % len(self.results)]
         future = RolloutFuture(ResultKey(EXP, input_id, self.res.session_id), "b", deadline_at=time.time() + timeout)
         future.set_result(self.res)
         return future
@@ -197,7 +204,9 @@ class _FakeClient:
 
 @pytest.fixture
 def fake_client():
-    def install(res: ClientResult, experiment: str = EXP, model_id: str | None = None) -> _FakeClient:
+    def install(
+        res: ClientResult | list[ClientResult], experiment: str = EXP, model_id: str | None = None
+    ) -> _FakeClient:
         client = _FakeClient(res)
         _shared.shared_client(experiment, model_id=model_id, factory=lambda *args, **kwargs: client)
         return client
@@ -207,11 +216,17 @@ def fake_client():
 
 
 @pytest.mark.parametrize("use_v1", [True, False])
-async def test_the_loop_verl_instantiates_runs_one_rollout_in_the_rows_group(fake_client, use_v1):
-    # GIVEN the YAML entry a user registers, instantiated as verl does
+async def test_the_loop_verl_instantiates_runs_one_rollout_in_the_rows_group(fake_client, use_v1, caplog, monkeypatch):
+    # GIVEN the YAML entry a user registers, instantiated as verl does (twice: verl builds a loop per sample)
+    monkeypatch.setattr(verl_backend, "_legacy_warned", False)
     client = fake_client(result(traces=TRACES))
     entry = {**LOOP_ENTRY, "experiment": EXP, "rollout_timeout_s": 90}
-    loop = build_loop(entry, trainer_config(f"trainer.use_v1={use_v1}"), tokenizer())
+    with caplog.at_level("WARNING", "trainer_client.backends.verl"):
+        loop = build_loop(entry, trainer_config(f"trainer.use_v1={use_v1}"), tokenizer())
+        build_loop(entry, trainer_config(f"trainer.use_v1={use_v1}"), tokenizer())
+    # THEN the legacy trainer's loss of early rows is said once, at start-up, and V1 says nothing
+    ours = [r.getMessage() for r in caplog.records if r.name == "trainer_client.backends.verl"]
+    assert ours == ([] if use_v1 else [LEGACY_TRAINER_WARNING])
     assert isinstance(loop, AgentCoreAgentLoop)
     # WHEN verl runs it on a dataset row
     out = await loop.run({"temperature": 1.0, "top_p": 1.0, "logprobs": True}, **ROW)
@@ -219,12 +234,39 @@ async def test_the_loop_verl_instantiates_runs_one_rollout_in_the_rows_group(fak
     ((payload, input_id, timeout, overrides),) = client.calls
     assert (payload["prompt"], input_id, timeout) == (ROW["raw_prompt"], "prompt-7", 90.0)
     assert overrides == {"sampling_params": {"temperature": 1.0, "top_p": 1.0, "logprobs": True}}
-    # and V1 gets every row, the legacy trainer the last one
+    # and V1 gets every row (all 5 sampled tokens trained), the legacy trainer the last one (2 of 5)
     if use_v1:
         assert [o.response_ids for o in out] == [[8, 1, 5, 9, 10], [8, 1]]
+        assert {(o.extra_fields["sampled_tokens"], o.extra_fields["trained_tokens"]) for o in out} == {(5, 5)}
     else:
         assert isinstance(out, AgentLoopOutput)
         assert (out.response_ids, out.extra_fields["rows_dropped"]) == ([8, 1], 1)
+        assert (out.extra_fields["sampled_tokens"], out.extra_fields["trained_tokens"]) == (5, 2)
+
+
+async def test_the_loop_gives_the_gateway_verls_rollout_servers_before_each_rollout(fake_client, monkeypatch):
+    # GIVEN verl's server client over a load balancer that routes to two replicas (ids are host:port)
+    fake_client(result(traces=TRACES))
+    registered: list[tuple[list[str], str]] = []
+    monkeypatch.setattr(
+        verl_backend, "register_inference_servers", lambda client, urls, framework: registered.append((urls, framework))
+    )
+    balancer = ServerIds(["10.0.0.5:41001", "10.0.0.6:41002"])
+    config = trainer_config()
+    loop = build_loop({**LOOP_ENTRY, "experiment": EXP}, config, tokenizer(), LLMServerClient(config, balancer))
+    # WHEN verl runs a sample, then its servers change (a replica replaced) and it runs another
+    await loop.run({}, **ROW)
+    balancer.servers = ["10.0.0.7:41003"]
+    await loop.run({}, **ROW)
+    # THEN the gateway was given each set of servers as OpenAI base URLs
+    assert registered == [
+        (["http://10.0.0.5:41001/v1", "http://10.0.0.6:41002/v1"], "verl"),
+        (["http://10.0.0.7:41003/v1"], "verl"),
+    ]
+    # AND a loop told not to register leaves the gateway alone
+    entry = {**LOOP_ENTRY, "experiment": EXP, "register_servers": False}
+    await build_loop(entry, config, tokenizer(), LLMServerClient(config, balancer)).run({}, **ROW)
+    assert len(registered) == 2
 
 
 async def test_the_raise_policy_fails_the_sample_so_verl_marks_its_group(fake_client):
@@ -282,7 +324,8 @@ async def test_verls_default_v1_trainer_runs_two_steps_of_our_outputs_through_it
     config = trainer_config(*job, model_dir=model_dir(tmp_path))
     assert config.trainer.use_v1 and config.actor_rollout_ref.rollout.agent.default_agent_loop == "agentcore"
     entry = OmegaConf.load(VERL_COMMAND.parent / "verl_agent_loop.yaml")[0]
-    client = fake_client(result(traces=TRACES, reward=0.5), experiment=entry.experiment, model_id=entry.model_id)
+    rewards = [result(traces=TRACES, reward=reward) for reward in (1.0, 0.0, 0.75, 0.25)]  # mean 0.5 a step
+    client = fake_client(rewards, experiment=entry.experiment, model_id=entry.model_id)
     store = MemoryTransferQueue()
     monkeypatch.setattr(agent_loop_tq, "tq", store)
     monkeypatch.setattr(trainer_base, "tq", store)
@@ -308,6 +351,16 @@ async def test_verls_default_v1_trainer_runs_two_steps_of_our_outputs_through_it
         assert metrics["training/off_policy/trajectory_spans/max"] == 1
         assert metrics["training/off_policy/trajectory_staleness/max"] == -1  # generated by this step's weights
         assert metrics["critic/score/mean"] == pytest.approx(0.5)
+        # AND every row of a rollout trains with its rollout's one GRPO advantage
+        advantages = store.kv_batch_get(keys, "train", ["advantages", "response_mask"])
+        per_rollout: dict[str, set[float]] = {}
+        for key, row, mask in zip(
+            keys, advantages["advantages"].unbind(0), advantages["response_mask"].unbind(0), strict=True
+        ):
+            per_rollout.setdefault(key.rsplit("_", 1)[0], set()).update(row[mask.bool()].tolist())
+        assert len(per_rollout) == 4 and all(len(values) == 1 for values in per_rollout.values())
+        rollout_advantages = [values.pop() for values in per_rollout.values()]
+        assert min(rollout_advantages) < 0 < max(rollout_advantages)  # the rollouts' rewards differ
     # AND verl's default sampling parameters reached the rollouts unchanged
     sampling = [overrides["sampling_params"] for *_, overrides in client.calls]
     assert sampling[0] == {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}

@@ -23,7 +23,7 @@ from transformers import PreTrainedTokenizerFast
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorker, DictConfigWrap, ToolListWrap
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-__all__ = ["LOOP_ENTRY", "VERL_COMMAND", "MemoryTransferQueue", "build_loop", "legacy_worker", "model_dir"]
+__all__ = ["LOOP_ENTRY", "VERL_COMMAND", "MemoryTransferQueue", "ServerIds", "build_loop", "legacy_worker", "model_dir"]
 __all__ += ["readme_overrides", "tokenizer", "trainer_config"]
 
 REPO = Path(__file__).parents[2]
@@ -54,12 +54,13 @@ def trainer_config(*extra: str, model_dir: Path | None = None) -> Any:
     return OmegaConf.create(OmegaConf.to_container(_composed((*readme_overrides(), *job, *extra))))
 
 
-def build_loop(entry: dict[str, Any], config: Any, tok: PreTrainedTokenizerFast) -> Any:
-    """Instantiate a registry entry the way ``AgentLoopWorker._run_agent_loop`` does."""
+def build_loop(entry: dict[str, Any], config: Any, tok: PreTrainedTokenizerFast, server_manager: Any = None) -> Any:
+    """Instantiate a registry entry the way ``AgentLoopWorker._run_agent_loop`` does (``server_manager``: verl's
+    ``LLMServerClient`` of its rollout servers, none by default)."""
     return hydra.utils.instantiate(
         config=OmegaConf.create(entry),
         trainer_config=DictConfigWrap(config=config),
-        server_manager=None,
+        server_manager=server_manager,
         tokenizer=tok,
         processor=None,
         hf_model_type=None,
@@ -80,6 +81,18 @@ def legacy_worker(config: Any, tok: PreTrainedTokenizerFast) -> AgentLoopWorker:
     worker.distillation_enabled = False
     worker.mm_processor_kwargs = {}
     return worker
+
+
+class ServerIds:
+    """A handle of verl's load balancer actor (``GlobalRequestLoadBalancer``) for its one call the loop makes:
+    ``await handle.get_all_servers.remote()``, the rollout servers' ids (their ``host:port``)."""
+
+    def __init__(self, servers: list[str]) -> None:
+        self.servers = servers
+        self.get_all_servers = self
+
+    async def remote(self) -> list[str]:
+        return list(self.servers)
 
 
 class MemoryTransferQueue:

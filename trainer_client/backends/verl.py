@@ -17,8 +17,18 @@ Sampling parameters: verl's dict (``temperature``, ``top_p``, ``top_k``, ``repet
 ``_rollout.sampling_params``; agents pass it to their client with
 :func:`agent_app.openai_sampling_kwargs`.
 
-The agent calls the model through our token gateway; point the gateway's upstream at verl's rollout
-servers. One client per experiment per process (:func:`~trainer_client.backends._shared.shared_client`).
+The agent calls the model through the experiment's token gateway, and the loop gives the gateway verl's own
+rollout servers as its workers (:func:`~trainer_client.backends._workers.register_inference_servers`): their
+addresses are the server ids of verl's load balancer (``host:port`` of each replica's OpenAI server), read
+before each rollout, so the agents sample the current weights and a change of servers is followed
+(``register_servers: false`` leaves the gateway's workers alone). One client per experiment per process
+(:func:`~trainer_client.backends._shared.shared_client`).
+
+Token accounting: every output's ``extra_fields`` has ``sampled_tokens`` (what the policy sampled in the
+rollout) and ``trained_tokens`` (mask-1 response tokens of the outputs returned), which verl keeps in each
+sample's ``non_tensor_batch``; a rollout that trains fewer than it sampled is logged with the cause. verl's legacy
+trainer (``trainer.use_v1=false``) takes one output per sample, so a rollout whose calls break the token
+prefix trains its last row only: the loop says so once at start-up.
 
 Failure policy (``failure_policy``, for rollouts that did not succeed):
 
@@ -38,6 +48,7 @@ Registration (``agent_loop_config_path``), see the README::
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from enum import StrEnum
@@ -48,11 +59,28 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S
 from trainer_client._exceptions import RolloutError
 from trainer_client.backends._shared import RolloutOutcome, load_function, run_rollout, shared_client
+from trainer_client.backends._workers import register_inference_servers
 from trainer_client.backends.assembly import TokenRow, assemble_rows
 
-__all__ = ["AgentCoreAgentLoop", "FailurePolicy", "RolloutFailedError", "default_payload", "to_outputs"]
+__all__ = [
+    "LEGACY_TRAINER_WARNING",
+    "AgentCoreAgentLoop",
+    "FailurePolicy",
+    "RolloutFailedError",
+    "count_tokens",
+    "default_payload",
+    "to_outputs",
+]
 
 logger = logging.getLogger("trainer_client.backends.verl")
+
+#: Said once per process when verl's legacy trainer runs the loop.
+LEGACY_TRAINER_WARNING = (
+    "verl's legacy trainer (trainer.use_v1=false) takes one output per sample: a rollout whose model calls break "
+    "the token prefix (a re-rendered history, a truncated one) trains only its last row, and its earlier turns get "
+    "no gradient; set trainer.use_v1=true (verl's default) to train every sampled token"
+)
+_legacy_warned = False
 
 #: Dataset row fields the default payload passes to the agent (``raw_prompt`` becomes ``prompt``).
 PAYLOAD_FIELDS = ("data_source", "reward_model", "extra_info", "tools_kwargs", "interaction_kwargs", "index")
@@ -88,6 +116,7 @@ class AgentCoreAgentLoop(AgentLoopBase):
         payload_fn: ``module.function`` mapping the dataset row to the payload (default :func:`default_payload`).
         model_id: ``_rollout.model_id`` (the name the agent asks the model for).
         region: AWS region of the descriptor (default: boto3's).
+        register_servers: give the experiment's token gateway verl's rollout servers as its workers.
         trainer_config, *args, **kwargs: what verl passes to every agent loop (its config, server manager,
             tokenizer, ...).
 
@@ -105,8 +134,10 @@ class AgentCoreAgentLoop(AgentLoopBase):
         payload_fn: str | None = None,
         model_id: str | None = None,
         region: str | None = None,
+        register_servers: bool = True,
         **kwargs: Any,
     ) -> None:
+        global _legacy_warned
         self.failure_policy = FailurePolicy(failure_policy)
         self.multiple_rows = bool(trainer_config.config.trainer.get("use_v1", True))
         if self.failure_policy is FailurePolicy.DROP and not self.multiple_rows:
@@ -114,6 +145,10 @@ class AgentCoreAgentLoop(AgentLoopBase):
                 "failure_policy 'drop' needs verl's V1 trainer (trainer.use_v1=true), which accepts a sample "
                 "without outputs; with the legacy trainer use zero_reward, mask or raise"
             )
+        if not self.multiple_rows and not _legacy_warned:
+            _legacy_warned = True
+            logger.warning(LEGACY_TRAINER_WARNING)
+        self.register_servers = register_servers
         super().__init__(trainer_config, *args, **kwargs)
         self.client = shared_client(experiment, region=region, model_id=model_id)
         self.rollout_timeout_s = float(rollout_timeout_s)
@@ -123,6 +158,8 @@ class AgentCoreAgentLoop(AgentLoopBase):
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
         """Run the row as one rollout in group ``kwargs["uid"]`` and return its outputs."""
+        if self.register_servers:
+            await self._register_servers()
         outcome = await run_rollout(
             self.client,
             self.payload_fn(kwargs),
@@ -146,7 +183,18 @@ class AgentCoreAgentLoop(AgentLoopBase):
         if not self.multiple_rows and len(outputs) > 1:
             outputs[-1].extra_fields["rows_dropped"] = len(outputs) - 1
             outputs = outputs[-1:]
+        count_tokens(outputs, outcome)
         return outputs if self.multiple_rows else outputs[0]
+
+    async def _register_servers(self) -> None:
+        """Give the gateway the servers verl's load balancer routes to (its server ids are their ``host:port``)."""
+        balancer = getattr(self.server_manager, "_load_balancer", None)
+        if balancer is None:
+            return  # no rollout servers of verl's (a loop built outside verl's worker)
+        servers = await balancer.get_all_servers.remote()
+        if servers:
+            urls = [f"http://{server}/v1" for server in servers]
+            await asyncio.to_thread(register_inference_servers, self.client, urls, framework="verl")
 
     def _prompt_ids(self, messages: Any) -> list[int]:
         ids = self.tokenizer.apply_chat_template(
@@ -225,6 +273,30 @@ def to_outputs(
             )
         )
     return outputs
+
+
+def count_tokens(outputs: list[AgentLoopOutput], outcome: RolloutOutcome) -> None:
+    """Record on every output the rollout's ``sampled_tokens`` and the ``trained_tokens`` of ``outputs``, and log
+    a shortfall with its cause."""
+    sampled = sum(len(trace.completion_token_ids) for trace in outcome.token_traces)
+    trained = sum(sum(output.response_mask) for output in outputs)
+    for output in outputs:
+        output.extra_fields.update(sampled_tokens=sampled, trained_tokens=trained)
+    if trained < sampled:
+        causes = []
+        if outputs and outputs[-1].extra_fields.get("rows_dropped"):
+            causes.append(f"the legacy trainer keeps the last of {outputs[-1].extra_fields['rows_dropped'] + 1} rows")
+        if any(output.extra_fields.get("truncated") for output in outputs):
+            causes.append("cut to rollout.prompt_length / response_length")
+        if not outcome.succeeded:
+            causes.append(f"{outcome.status} under the failure policy")
+        logger.info(
+            "rollout %s trains %d of its %d sampled tokens: %s",
+            outcome.session_id,
+            trained,
+            sampled,
+            "; ".join(causes) or "masked",
+        )
 
 
 def _jsonable(value: Any) -> Any:
