@@ -1,11 +1,17 @@
-"""The token gateway with an exact trace read: rllm-model-gateway 0.1 plus one settled-traces route.
+"""The token gateway with an exact trace read and rLLM's session sampling parameters: rllm-model-gateway 0.1 plus.
 
 rllm-model-gateway writes a streamed call's trace in a background task after the last chunk, so a plain
 ``GET /sessions/<sid>/traces`` right after the agent's result can miss the last call. This module serves
-the unmodified gateway app (``rllm_model_gateway.create_app``) with two additions:
+the unmodified gateway app (``rllm_model_gateway.create_app``) with three additions:
 
 - an ASGI middleware, outermost, that counts each session's model calls in flight (a call counts from the
   moment the gateway receives it until its response, streamed or not, has been sent in full);
+- ``sampling_params`` on ``POST /sessions`` (the body ``{"session_id", "metadata", "sampling_params"}`` rLLM's
+  gateway client sends at rllm 9beb6e0f; 0.1.0's server ignores the key and its client cannot send it): every
+  model call of that session goes upstream with those keys overwritten and the others as the agent sent them,
+  as rLLM's gateway does there (``middleware.py`` ``_mutate``, after adding ``logprobs`` /
+  ``return_token_ids``); ``DELETE /sessions/<sid>`` forgets them. A ``sampling_params`` that is not a JSON
+  object is refused (422);
 - ``GET /sessions/<sid>/traces/settled?timeout_s=30``: waits until the session has no call in flight and
   every trace write started while one of its calls was in flight has finished (not the other sessions'
   writes: under a batch some are always pending), then returns the same list as ``/traces``. The header
@@ -32,7 +38,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import json
 import re
+import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -41,11 +49,20 @@ import yaml
 from fastapi import FastAPI, Query
 from fastapi.responses import JSONResponse
 from rllm_model_gateway import GatewayConfig, create_app
-from starlette.types import ASGIApp, Receive, Scope, Send
+from rllm_model_gateway.middleware import SessionRoutingMiddleware
+from starlette.middleware import Middleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from trainer_client._traces import CALLS_IN_FLIGHT_HEADER, SETTLED_TRACES_PATH
 
-__all__ = ["CALLS_IN_FLIGHT_HEADER", "SETTLED_TRACES_PATH", "CallsInFlight", "create_settled_app", "main"]
+__all__ = [
+    "CALLS_IN_FLIGHT_HEADER",
+    "SETTLED_TRACES_PATH",
+    "CallsInFlight",
+    "SessionSamplingParams",
+    "create_settled_app",
+    "main",
+]
 
 #: Longest wait a settled read may ask for.
 MAX_SETTLE_S = 300.0
@@ -54,6 +71,7 @@ MAX_SETTLE_S = 300.0
 #: 5 s too, let a read sent as the client's pool reused the connection fail with a ReadError.
 KEEP_ALIVE_S = 75
 _MODEL_CALL_RE = re.compile(r"^/sessions/([^/]+)/v1(?:/.*)?$")
+_SESSION_RE = re.compile(r"^/sessions/([^/]+)$")
 
 
 class CallsInFlight:
@@ -131,10 +149,117 @@ class _CountCalls:
             await self._calls.leave(session_id, self._pending_writes - before)
 
 
+class SessionSamplingParams:
+    """Each session's sampling parameters, from ``POST /sessions``, kept until ``DELETE /sessions/<sid>``."""
+
+    def __init__(self) -> None:
+        self._params: dict[str, dict[str, Any]] = {}
+
+    def get(self, session_id: str) -> dict[str, Any] | None:
+        """The parameters ``session_id`` was created with, if any."""
+        return self._params.get(session_id)
+
+    def set(self, session_id: str, params: dict[str, Any]) -> None:
+        """Apply ``params`` to every later model call of ``session_id``."""
+        self._params[session_id] = params
+
+    def forget(self, session_id: str) -> None:
+        """The session was deleted."""
+        self._params.pop(session_id, None)
+
+
+class _ApplySessionParams:
+    """ASGI middleware just inside rllm-model-gateway's ``SessionRoutingMiddleware`` (which has moved the session
+    id of a model call into ``scope["state"]`` and added ``logprobs`` / ``return_token_ids`` to its body): keeps
+    ``POST /sessions``' ``sampling_params``, overwrites those keys in the session's model calls, forgets them on
+    ``DELETE /sessions/<sid>``."""
+
+    def __init__(self, app: ASGIApp, *, params: SessionSamplingParams) -> None:
+        self._app = app
+        self._params = params
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        method, path = scope.get("method", ""), scope.get("path", "")
+        if method == "DELETE" and (deleted := _SESSION_RE.match(path)):
+            self._params.forget(deleted.group(1))
+        elif method == "POST" and path == "/sessions":
+            await self._create_session(scope, receive, send)
+            return
+        elif method == "POST" and (session_id := scope.get("state", {}).get("session_id")):
+            params = self._params.get(session_id)
+            if params:
+                body = await _read_body(receive)
+                try:
+                    call = json.loads(body)
+                except ValueError:  # not JSON: upstream answers it as is
+                    call = None
+                if isinstance(call, dict):
+                    body = json.dumps({**call, **params}).encode()
+                receive = _replay(body, receive)
+        await self._app(scope, receive, send)
+
+    async def _create_session(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = await _read_body(receive)
+        try:
+            request = json.loads(body)
+        except ValueError:  # the gateway's own route answers it
+            request = None
+        params = request.get("sampling_params") if isinstance(request, dict) else None
+        if params is not None and not isinstance(params, dict):
+            refusal = JSONResponse(
+                {"error": f"sampling_params must be a JSON object (e.g. {{'temperature': 1.0}}), not {params!r}"},
+                status_code=422,
+            )
+            await refusal(scope, receive, send)
+            return
+        if params and isinstance(request, dict):
+            # The session id the gateway's route will use: the caller's, or one made here as the route would.
+            session_id = request.get("session_id") or str(uuid.uuid4())
+            self._params.set(session_id, params)
+            body = json.dumps({**request, "session_id": session_id}).encode()
+        await self._app(scope, _replay(body, receive), send)
+
+
+async def _read_body(receive: Receive) -> bytes:
+    parts: list[bytes] = []
+    more = True
+    while more:
+        message = await receive()
+        parts.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    return b"".join(parts)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """``receive`` that gives ``body`` first, then what the client sends (a disconnect, which streaming watches)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
 def create_settled_app(config: GatewayConfig) -> FastAPI:
-    """The rllm-model-gateway app for ``config``, with call counting and the settled-traces route."""
+    """The rllm-model-gateway app for ``config``, with call counting, session sampling parameters and the
+    settled-traces route."""
     app = create_app(config)
     proxy, store = app.state.proxy, app.state.store
+    routing = [i for i, (cls, _, _) in enumerate(app.user_middleware) if cls is SessionRoutingMiddleware]
+    if not routing:
+        raise RuntimeError(
+            "this rllm-model-gateway no longer adds its SessionRoutingMiddleware in create_app (checked with "
+            "0.1.0); install rllm-model-gateway 0.1.x"
+        )
+    sampling_params = SessionSamplingParams()
+    app.user_middleware.insert(routing[0] + 1, Middleware(_ApplySessionParams, params=sampling_params))
     pending_writes = getattr(proxy, "_pending_traces", None)
     if not isinstance(pending_writes, set):
         raise RuntimeError(
