@@ -249,7 +249,8 @@ class RolloutClient:
     def from_descriptor(
         cls, descriptor: ExperimentDescriptor, *, run: str | None = None, **kwargs: Any
     ) -> RolloutClient:
-        """Connect to the experiment ``descriptor`` describes, or to its ``run`` (``kwargs`` override its values).
+        """Connect to the experiment ``descriptor`` describes, or to its ``run`` (``kwargs`` override its values;
+        one given as ``None`` keeps the descriptor's).
 
         The descriptor's ``model_id`` is the default model name and its ``required_rollout_fields`` are checked
         on every submit.
@@ -263,7 +264,7 @@ class RolloutClient:
             "model_id": descriptor.model_id,
             "required_rollout_fields": descriptor.required_rollout_fields,
         }
-        options.update(kwargs)
+        options.update((key, value) for key, value in kwargs.items() if value is not None or key not in options)
         return cls(descriptor.runtime_arn, descriptor.results_bucket, join_exp_id(descriptor.exp_id, run), **options)
 
     @property

@@ -36,6 +36,18 @@ def test_the_descriptors_model_is_the_default_and_a_call_overrides_it(descriptor
     assert [request.rollout["model_id"] for request in requests] == ["policy-v3", "other"]
 
 
+def test_a_keyword_given_as_none_keeps_the_descriptors_model_and_gateway(descriptor, backend):
+    # GIVEN an experiment whose descriptor names a model and a gateway, and an adapter that passes its unset
+    # settings on as None (the framework adapters' shared client does: model_id=None, region=None)
+    publish(descriptor, model_id="policy-v3", gateway_url="http://gw:9090")
+    with RolloutClient.for_experiment(descriptor.exp_id, poll=FAST_POLL, model_id=None, region=None) as client:
+        # WHEN a rollout names no model THEN it is sent with the experiment's model, through its gateway
+        client.invoke({"q": 1})
+        (request,) = backend.receive(1)
+    assert request.rollout["model_id"] == "policy-v3"
+    assert request.rollout["base_url"].startswith("http://gw:9090/sessions/")
+
+
 def test_a_rollout_without_a_field_the_agent_needs_is_refused_before_anything_is_sent(descriptor, backend):
     # GIVEN an experiment whose agent needs a model name, and no default for it
     publish(descriptor, required_rollout_fields=["model_id"])
