@@ -2,8 +2,9 @@
 
 trainer -> dispatch queue -> dispatcher -> ACR emulator -> multi-turn agent (two model calls through its
 gateway session) -> S3 -> completion event -> token traces from the gateway -> slime ``Sample``s.
-slime's modules are the stand-ins in tests/stand_ins/slime; ``args`` are slime's defaults plus the README's
-flags (``slime_support.slime_args``), and slime's data source loads the prompts from a file.
+slime's modules are the stand-ins in tests/stand_ins/slime or the real slime tree named by
+``AGENTCORE_STAND_INS_SLIME`` (``slime_support``); ``args`` are slime's defaults plus the README's flags
+(``slime_support.slime_args``), and slime's data source loads the prompts from a file.
 """
 
 from __future__ import annotations
@@ -15,12 +16,11 @@ import pytest
 
 pytest.importorskip("torch")
 TESTS = Path(__file__).parents[1]
-sys.path[:0] = [str(TESTS / "stand_ins" / "slime"), str(TESTS / "backends")]
+sys.path[:0] = [str(TESTS / "backends")]
 
+from slime_support import rollout_manager, slime_args  # noqa: E402, I001
 from backends_e2e import TOO_BIG, cancel_once_submitted, gateway_traces, multiturn_fixtures  # noqa: E402
-from slime.ray.rollout import RolloutManager  # noqa: E402
 from slime.utils.types import Sample  # noqa: E402
-from slime_support import slime_args  # noqa: E402
 
 from local_stack.stack import LocalStack  # noqa: E402
 from trainer_client.backends import slime as backend_slime  # noqa: E402
@@ -49,50 +49,67 @@ def test_generate_rollout_turns_a_grpo_step_into_slime_samples_for_every_status(
     monkeypatch.chdir(TESTS.parent)
     prompts = [_prompt(reward=1.0), _prompt(action="raise"), _prompt(sleep_s=120), _prompt(blob=TOO_BIG)]
     args = _args(tmp_path, prompts)
-    # WHEN slime's whole-rollout hook runs the step
-    output = backend_slime.generate_rollout(args, 0, RolloutManager(args).data_source)
-    # THEN four groups of two come back, each sample in the shape slime trains on
+    manager = rollout_manager(args)
+    # WHEN slime's whole-rollout hook runs the step and slime converts it
+    output = backend_slime.generate_rollout(args, 0, manager.data_source)
+    samples = [sample for group in output.samples for rollout in group for sample in rollout]
+    train_data = manager._convert_samples_to_train_data(samples)
+    # THEN four groups of two rollouts come back, each sample in the shape slime trains on
     groups = output.samples
     assert [len(group) for group in groups] == [2, 2, 2, 2]
-    for sample in (s for group in groups for s in group):
+    for sample in samples:
         assert len(sample.loss_mask) == sample.response_length == len(sample.rollout_log_probs) >= 1
     succeeded, raised, overran, refused = groups
-    assert [s.metadata["agentcore"]["status"] for s in overran] == ["timed_out", "timed_out"]
-    assert [s.metadata["agentcore"]["status"] for s in refused] == ["dispatch_failed", "dispatch_failed"]
-    for sample in succeeded:
+    assert [r[0].metadata["agentcore"]["status"] for r in overran] == ["timed_out", "timed_out"]
+    assert [r[0].metadata["agentcore"]["status"] for r in refused] == ["dispatch_failed", "dispatch_failed"]
+    for rollout in succeeded:
         # the stand-in's chat template closes a turn with <|im_end|> where the completion ended with </s>:
-        # the second call breaks the prefix, so the sample is the last call's row, token for token
-        first, last = gateway_traces(stack, sample.metadata["agentcore"]["session_id"])
+        # the second call breaks the prefix, so each call is a sample of its own, token for token
+        traces = gateway_traces(stack, rollout[0].metadata["agentcore"]["session_id"])
+        first, last = traces
         assert not (
             last["prompt_token_ids"][: len(first["prompt_token_ids"]) + len(first["completion_token_ids"])]
             == first["prompt_token_ids"] + first["completion_token_ids"]
         )
-        assert sample.metadata["agentcore"]["rows"] == 2
-        assert sample.tokens == last["prompt_token_ids"] + last["completion_token_ids"]
-        assert sample.loss_mask == [1] * len(last["completion_token_ids"])
-        assert sample.rollout_log_probs == last["logprobs"]
-        assert (sample.status, sample.reward) == (Sample.Status.COMPLETED, 1.0)
-    for sample in raised + overran:  # both made their two calls before failing: trainable, reward 0
-        assert (sample.status, sample.reward, sample.remove_sample) == (Sample.Status.FAILED, 0.0, False)
-        assert sample.metadata["agentcore"]["rows"] == 2
-    for sample in refused:  # never ran: padding
+        assert [sample.metadata["agentcore"]["row"] for sample in rollout] == [0, 1]
+        for sample, trace in zip(rollout, traces, strict=True):
+            assert sample.tokens == trace["prompt_token_ids"] + trace["completion_token_ids"]
+            assert sample.loss_mask == [1] * len(trace["completion_token_ids"])
+            assert sample.rollout_log_probs == trace["logprobs"]
+            assert (sample.status, sample.reward, sample.rollout_id) == (Sample.Status.COMPLETED, 1.0, rollout[0].index)
+        # every token the policy sampled reaches the loss, under the rollout's one advantage
+        assert sum(sum(sample.loss_mask) for sample in rollout) == sum(len(t["completion_token_ids"]) for t in traces)
+    for rollout in raised + overran:  # both made their two calls before failing: trainable, reward 0
+        assert [(s.status, s.reward, s.remove_sample, s.metadata["agentcore"]["rows"]) for s in rollout] == [
+            (Sample.Status.FAILED, 0.0, False, 2)
+        ] * 2
+    for (sample,) in refused:  # never ran: padding
         assert (sample.status, sample.remove_sample, sample.loss_mask) == (Sample.Status.ABORTED, True, [0])
+    sampled = output.metrics["agentcore/sampled_tokens"]
     assert output.metrics == {
         "agentcore/succeeded": 2,
         "agentcore/agent_error": 2,
         "agentcore/timed_out": 2,
         "agentcore/dispatch_failed": 2,
+        "agentcore/sampled_tokens": sampled,
+        "agentcore/trained_tokens": sampled,
+        "agentcore/rows": 12,
     }
+    assert sum(map(sum, train_data["loss_masks"])) == sampled > 0
+    print(f"slime e2e step: {len(samples)} samples, {sampled} sampled tokens, {sampled} trained")
 
 
-async def test_the_generate_hook_runs_one_sample_and_a_cancelled_task_cancels_its_rollout(
+async def test_the_generate_hook_runs_one_rollout_as_its_rows_and_a_cancelled_task_cancels_its_rollout(
     stack: LocalStack, client, tmp_path, monkeypatch
 ):
     monkeypatch.chdir(TESTS.parent)
     args = _args(tmp_path, [_prompt(reward=0.5), _prompt(sleep_s=120)])
-    first, second = RolloutManager(args).data_source.get_samples(2)
-    sample = await backend_slime.generate(args, first[0], {"temperature": 1.0, "max_new_tokens": 64})
-    assert (sample.status, sample.reward, sample.metadata["agentcore"]["rows"]) == (Sample.Status.COMPLETED, 0.5, 2)
+    first, second = rollout_manager(args).data_source.get_samples(2)
+    rows = await backend_slime.generate(args, first[0], {"temperature": 1.0, "max_new_tokens": 64})
+    assert [(s.status, s.reward, s.metadata["agentcore"]["row"]) for s in rows] == [
+        (Sample.Status.COMPLETED, 0.5, 0),
+        (Sample.Status.COMPLETED, 0.5, 1),
+    ]
 
     # GIVEN a sample whose agent would run for two minutes
     group = second

@@ -12,24 +12,11 @@ import itertools
 
 import torch
 
+from slime.observability.rollout_data_utils import validate_rollout_id_annotated
 from slime.rollout.base_types import call_rollout_fn
 from slime.utils.data import get_source
 from slime.utils.misc import load_function
 from slime.utils.types import Sample
-
-
-def validate_rollout_id_annotated(node, depth=0):
-    """A leaf list at depth >= 2 (one rollout split into several samples) must share one ``rollout_id``."""
-    if isinstance(node, Sample):
-        return
-    assert isinstance(node, list), f"unexpected rollout output node type: {type(node).__name__}"
-    if node and isinstance(node[0], Sample):
-        if depth >= 2 and len(node) > 1:
-            ids = [sample.rollout_id for sample in node]
-            assert None not in ids and len(set(ids)) == 1, f"compact rollout siblings need one rollout_id: {ids}"
-        return
-    for item in node:
-        validate_rollout_id_annotated(item, depth + 1)
 
 
 class RolloutManager:
