@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests" / "stand_ins" / "slime")]
+sys.path[:0] = [str(REPO), str(REPO / "benchmarks"), str(REPO / "tests" / "stand_ins" / "slime")]
 
 with warnings.catch_warnings():  # verl and Ray warn at import about their own dependencies
     warnings.simplefilter("ignore")
@@ -43,7 +43,8 @@ with warnings.catch_warnings():  # verl and Ray warn at import about their own d
 
     from trainer_client.backends import verl as backend_verl
 
-from benchmarks._results import begin  # noqa: E402
+import _results as results  # noqa: E402
+
 from examples.math_agent.local import MATH_DEMO  # noqa: E402
 from local_stack.agent_target import target_agent  # noqa: E402
 from local_stack.demo import dataset_task  # noqa: E402
@@ -62,20 +63,19 @@ VERL_PROMPT_LENGTH = VERL_RESPONSE_LENGTH = 512
 
 @dataclass
 class Coverage:
-    """Sampled and trained tokens of one framework on one agent, and the shortfall by cause."""
+    """Sampled and trained tokens of one framework on one agent, and the sampled tokens not trained, by cause."""
 
     rollouts: int = 0
     sampled: int = 0
     trained: int = 0
     shortfall: Counter[str] = field(default_factory=Counter)
 
-    def add(self, sampled: int, trained: int, causes: Sequence[str]) -> None:
+    def add(self, sampled: int, lost: Mapping[str, int]) -> None:
+        """One rollout: ``sampled`` tokens, of which ``lost[cause]`` were not trained for each cause."""
         self.rollouts += 1
         self.sampled += sampled
-        self.trained += trained
-        if trained < sampled:
-            for cause in causes or ["masked"]:
-                self.shortfall[cause] += sampled - trained
+        self.trained += sampled - sum(lost.values())
+        self.shortfall.update({cause: tokens for cause, tokens in lost.items() if tokens})
 
     def figures(self) -> dict[str, Any]:
         ratio = self.trained / self.sampled if self.sampled else None
@@ -88,8 +88,13 @@ class Coverage:
         }
 
 
-def verl_coverage(outcome: RolloutOutcome, *, legacy: bool) -> tuple[int, list[str]]:
-    """Trained tokens of one rollout in verl's outputs, and the causes of any shortfall."""
+def trained(rows: Sequence[AgentLoopOutput] | Sequence[Sample]) -> int:
+    """Response tokens with loss mask 1."""
+    return sum(sum(row.response_mask if isinstance(row, AgentLoopOutput) else row.loss_mask) for row in rows)
+
+
+def verl_lost(outcome: RolloutOutcome, sampled: int, *, legacy: bool) -> dict[str, int]:
+    """Sampled tokens of one rollout that verl's outputs do not train, by cause."""
     outputs: list[AgentLoopOutput] = backend_verl.to_outputs(
         outcome,
         policy=backend_verl.FailurePolicy.ZERO_REWARD,
@@ -99,17 +104,15 @@ def verl_coverage(outcome: RolloutOutcome, *, legacy: bool) -> tuple[int, list[s
         max_prompt_length=VERL_PROMPT_LENGTH,
         max_response_length=VERL_RESPONSE_LENGTH,
     )
-    causes = []
-    if legacy and len(outputs) > 1:
-        causes.append("legacy trainer keeps the last row")
-        outputs = outputs[-1:]
-    if any(output.extra_fields["truncated"] for output in outputs):
-        causes.append("cut to prompt_length/response_length 512")
-    return sum(sum(output.response_mask) for output in outputs), causes
+    every_row = trained(outputs)
+    lost = {"cut to rollout.response_length 512": sampled - every_row}
+    if legacy:
+        lost["legacy trainer keeps the last row"] = every_row - trained(outputs[-1:])
+    return lost
 
 
-def slime_coverage(outcome: RolloutOutcome, settings: backend_slime.SlimeSettings) -> tuple[int, list[str]]:
-    """Trained tokens of one rollout in slime's samples (those not removed), and the causes of any shortfall."""
+def slime_lost(outcome: RolloutOutcome, sampled: int, settings: backend_slime.SlimeSettings) -> dict[str, int]:
+    """Sampled tokens of one rollout that slime's samples do not train (removed samples count as lost), by cause."""
     samples = backend_slime.rollout_samples(
         Sample(prompt="", index=0, group_index=0),
         outcome,
@@ -118,9 +121,9 @@ def slime_coverage(outcome: RolloutOutcome, settings: backend_slime.SlimeSetting
         max_response_length=None,
         missing_reward=0.0,
     )
-    kept = [sample for sample in samples if not sample.remove_sample]
-    causes = ["removed (failure policy mask or padding)"] if len(kept) < len(samples) else []
-    return sum(sum(sample.loss_mask) for sample in kept), causes
+    every_row = trained(samples)
+    removed = trained([sample for sample in samples if sample.remove_sample])
+    return {"masked or cut": sampled - every_row, "removed (failure policy mask)": removed}
 
 
 @contextmanager
@@ -166,12 +169,9 @@ def run_agent(
                     if outcome.error and statuses[outcome.status] == 1:
                         print(f"{name}: first {outcome.status}: {outcome.error}", file=sys.stderr)
                     sampled = sum(len(trace.completion_token_ids) for trace in outcome.token_traces)
-                    for framework, (trained, causes) in (
-                        ("verl", verl_coverage(outcome, legacy=False)),
-                        ("verl-legacy", verl_coverage(outcome, legacy=True)),
-                        ("slime", slime_coverage(outcome, slime_settings)),
-                    ):
-                        coverage[framework].add(sampled, trained, causes)
+                    coverage["verl"].add(sampled, verl_lost(outcome, sampled, legacy=False))
+                    coverage["verl-legacy"].add(sampled, verl_lost(outcome, sampled, legacy=True))
+                    coverage["slime"].add(sampled, slime_lost(outcome, sampled, slime_settings))
     return coverage, statuses
 
 
@@ -180,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--prompts", type=int, default=8, help="prompts per agent (default 8)")
     parser.add_argument("--samples", type=int, default=4, help="samples per prompt (default 4)")
     args = parser.parse_args(argv)
-    run = begin("token_coverage_bench")
+    run = results.begin("token_coverage_bench")
     coding = dataset_task(target_agent(CODING / "app.py"), CODING / "tasks.jsonl")
     agents: Mapping[str, tuple[DemoTask, Path | None]] = {
         "math": (MATH_DEMO, None),
