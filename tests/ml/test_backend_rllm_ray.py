@@ -1,7 +1,8 @@
 """``install()`` reaches rLLM's factory inside Ray workers, where rLLM's verl launcher builds its trainer.
 
 rLLM is not on PyPI: its types, its unified config's remote-runtime blocks and its ``UnifiedTrainer``'s
-runtime selection come from tests/stand_ins/rllm (see the README there). Ray, Hydra and uv are real.
+runtime selection come from tests/stand_ins/rllm, or from the real rLLM tree ``AGENTCORE_STAND_INS_RLLM`` names
+(see the README there). Ray, Hydra and uv are real.
 """
 
 from __future__ import annotations
@@ -18,14 +19,19 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-STAND_INS = Path(__file__).parents[1] / "stand_ins" / "rllm"
+sys.path.insert(0, str(Path(__file__).parents[1] / "stand_ins" / "rllm"))
+from rllm_tree import rllm_paths  # noqa: E402
+
+#: What imports rLLM: the stand-in, or a real tree first.
+RLLM_PATHS = rllm_paths()
 REPO = Path(__file__).parents[2]
 
 
 @pytest.fixture
 def installed(monkeypatch: pytest.MonkeyPatch):
     """rLLM's stand-in importable here and in workers; ``install()`` as a user calls it, undone afterwards."""
-    monkeypatch.syspath_prepend(str(STAND_INS))
+    for path in reversed(RLLM_PATHS):
+        monkeypatch.syspath_prepend(path)
     import rllm.engine.remote_runtime as remote_runtime
 
     from trainer_client.backends import rllm as backend_rllm
@@ -39,7 +45,7 @@ def installed(monkeypatch: pytest.MonkeyPatch):
 
 def test_install_before_ray_init_puts_the_backend_in_every_ray_worker(installed, caplog):
     # GIVEN install() called in the driver, then Ray started as rLLM's launcher starts it
-    pythonpath = os.pathsep.join([str(STAND_INS), str(REPO), *sys.path])
+    pythonpath = os.pathsep.join([*RLLM_PATHS, str(REPO), *sys.path])
     ray.init(num_cpus=1, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
     try:
 
@@ -75,20 +81,45 @@ def _unified_config(*overrides: str):
         return compose(config_name="unified", overrides=list(overrides))
 
 
-def test_rllms_unified_trainer_builds_our_runtime_from_the_readme_command(installed):
+class _NoTrainingBackend:
+    """A backend that trains nothing: what rLLM's UnifiedTrainer asks of one before it picks its remote runtime."""
+
+    def __init__(self, config, **kwargs) -> None:
+        self.config = config
+
+    def validate_config(self) -> None:
+        pass
+
+    def init_rollout_engine(self, **kwargs) -> None:
+        return None
+
+
+def test_rllms_unified_trainer_builds_our_runtime_from_the_readme_command(installed, monkeypatch):
     # GIVEN rLLM's unified config composed with exactly the README command's overrides
     from rllm.trainer.unified_trainer import UnifiedTrainer
 
+    monkeypatch.chdir(REPO)  # rLLM's trainer may write its logs under the working directory
     overrides = [arg for arg in shlex.split(RLLM_COMMAND.read_text()) if "=" in arg]
-    # WHEN rLLM's UnifiedTrainer picks its remote runtime
-    trainer = UnifiedTrainer(_unified_config(*overrides))
-    # THEN it is ours, on the README's experiment, with rLLM's session timeout override
+    # WHEN rLLM's UnifiedTrainer (on rLLM's verl launcher's backend name) picks its remote runtime
+    trainer = UnifiedTrainer(_NoTrainingBackend, _unified_config(*overrides), backend_name="verl")
+    # THEN it is ours, on the README's experiment, telling agents the README's model name (not 'default')
     assert isinstance(trainer._remote_runtime, installed.AgentCoreEventsRuntime)
     assert trainer._remote_runtime.experiment == "gsm8k-grpo-1"
+    assert trainer._remote_runtime._model_id == "Qwen/Qwen2.5-1.5B-Instruct"
     # AND without the experiment key rLLM's default experiment_name is refused with the key to set
     without = [arg for arg in overrides if "agentcore.experiment" not in arg]
     with pytest.raises(ValueError, match=r"default 'default'.*\+rllm.remote_runtime.agentcore.experiment=NAME"):
-        UnifiedTrainer(_unified_config(*without))
+        UnifiedTrainer(_NoTrainingBackend, _unified_config(*without), backend_name="verl")
+
+
+def test_model_name_is_added_with_a_plus_as_rllms_verl_config_has_no_model_block(installed):
+    # rLLM's unified config on its verl backend (verl's ppo_trainer) has no top-level `model`: Hydra refuses
+    # `model.name=...` and takes `+model.name=...`
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException, match="model"):
+        _unified_config("model.name=Qwen/Qwen2.5-1.5B-Instruct")
+    assert _unified_config("+model.name=m").model.name == "m"
 
 
 def _fresh_python(code: str, *, uv_run: bool = False) -> subprocess.CompletedProcess:
@@ -97,7 +128,7 @@ def _fresh_python(code: str, *, uv_run: bool = False) -> subprocess.CompletedPro
     if uv_run:
         uv = Path(sys.executable).with_name("uv")
         command = [str(uv), "run", "--no-project", "--offline", "--python", sys.executable, "python", "-c", code]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(STAND_INS), str(REPO)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*RLLM_PATHS, str(REPO)])}
     env.pop("RAY_RUNTIME_ENV_HOOK", None)
     env.pop("RAY_ENABLE_UV_RUN_RUNTIME_ENV", None)
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120, check=False)

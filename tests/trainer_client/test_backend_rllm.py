@@ -1,6 +1,7 @@
 """The rLLM remote runtime on moto: rLLM's engine steps drive it, a scripted backend plays dispatcher + agent.
 
-rLLM is not on PyPI: its types come from tests/stand_ins/rllm (see the README there).
+rLLM is not on PyPI: its types come from tests/stand_ins/rllm, or from a real rLLM tree named by
+``AGENTCORE_STAND_INS_RLLM`` (see the README there).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import subprocess
 import sys
 import threading
 import types
@@ -16,11 +18,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "stand_ins" / "rllm"))
+from rllm_tree import rllm_paths  # noqa: E402
 
+sys.path[:0] = rllm_paths()
 import rllm.engine.remote_runtime as remote_runtime  # noqa: E402
 from rllm.engine.remote_runtime import RemoteRuntimeConfig, TaskSubmission  # noqa: E402
 from rllm.workflows.workflow import TerminationReason  # noqa: E402
-from rllm_engine import run_one  # noqa: E402
+from rllm_engine import SessionUrls, run_one  # noqa: E402
 from trainer_support import FAST_POLL, RUNTIME_ARN, Backend  # noqa: E402
 
 from rollout_contract import STATUS_CODES, CancelRequest, DispatchRequest, ErrorInfo, ResultKey, Status, Timings  # noqa: E402
@@ -28,7 +32,7 @@ from trainer_client import ClientResult, RolloutClient  # noqa: E402
 from trainer_client.backends import rllm as backend_rllm  # noqa: E402
 
 EXP = "exp-test"
-GATEWAY = "http://gateway.test:9000"
+GATEWAY = SessionUrls("http://gateway.test:9000")
 
 
 def _config(**agentcore: object) -> RemoteRuntimeConfig:
@@ -45,7 +49,7 @@ def _runtime(**agentcore: object) -> backend_rllm.AgentCoreEventsRuntime:
 
 
 def _session_url(session_id: str) -> str:
-    return f"{GATEWAY}/sessions/{session_id}/v1"
+    return GATEWAY.get_session_url(session_id)
 
 
 @pytest.fixture
@@ -72,11 +76,12 @@ async def test_an_rllm_grpo_batch_ends_with_one_result_per_rollout_in_rllms_shap
     try:
         # WHEN rLLM's engine steps run them concurrently, each through execute_tasks([one submission])
         outcomes = await asyncio.gather(
-            *(run_one(runtime, task, task_id, _session_url, 60) for (task_id, _), task in ends.items())
+            *(run_one(runtime, GATEWAY, task, task_id, 60) for (task_id, _), task in ends.items())
         )
     finally:
         serving.join(timeout=30)
         runtime.shutdown()
+    outcomes = [(result, metadata) for result, metadata, _ in outcomes]
     results = dict(zip(ends, outcomes, strict=True))
     # THEN rLLM's session ids, inference URLs and model name reach the rollouts; each task id is one group
     requests = {request.session_id: request for request in backend.requests}
@@ -244,8 +249,7 @@ def test_install_adds_the_backend_to_rllms_factory_and_keeps_the_others(installe
     assert remote_runtime.create_remote_runtime is original_wrapped
     runtime = remote_runtime.create_remote_runtime(_config(experiment=EXP), exp_id="Trainer_Name", model_id="m")
     assert isinstance(runtime, backend_rllm.AgentCoreEventsRuntime) and runtime.experiment == EXP
-    with pytest.raises(NotImplementedError):
-        remote_runtime.create_remote_runtime(RemoteRuntimeConfig(backend="agentcore"))
+    # rLLM's own factory still answers for the other backends
     with pytest.raises(ValueError, match="Unknown remote runtime backend"):
         remote_runtime.create_remote_runtime(RemoteRuntimeConfig(backend="nope"))
     assert os.environ["RAY_RUNTIME_ENV_HOOK"] == "trainer_client.backends.rllm.ray_runtime_env"
@@ -271,3 +275,27 @@ def test_the_ray_hook_adds_our_worker_setup_and_chains_the_hooks_already_set(mon
     monkeypatch.delenv(backend_rllm._PREVIOUS_RUNTIME_ENV_HOOK)
     with pytest.raises(ValueError, match="dotted path"):
         backend_rllm.ray_runtime_env({"worker_process_setup_hook": print})
+
+
+@pytest.mark.parametrize("rllm_tree", ["none", "without_remote_runtime"])
+def test_install_without_an_rllm_that_has_a_remote_runtime_says_how_to_install_it(tmp_path: Path, rllm_tree: str):
+    # GIVEN a Python without rLLM, or with an rLLM older than its remote runtime
+    if rllm_tree == "without_remote_runtime":
+        (tmp_path / "rllm" / "engine").mkdir(parents=True)
+        (tmp_path / "rllm" / "__init__.py").write_text("")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(__file__).parents[2])])}
+    # WHEN the training script calls install()
+    done = subprocess.run(
+        [sys.executable, "-c", "from trainer_client.backends.rllm import install\ninstall()"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    # THEN it fails with an ImportError that says how to install rLLM
+    assert done.returncode != 0
+    assert "RLLMNotInstalledError" in done.stderr and 'pip install "rllm[verl] @ git+https' in done.stderr
+    assert ("has no rllm.engine.remote_runtime" in done.stderr) == (rllm_tree == "without_remote_runtime")
+    assert issubclass(backend_rllm.RLLMNotInstalledError, ImportError)

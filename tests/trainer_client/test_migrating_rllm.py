@@ -1,6 +1,7 @@
 """docs/migrating.md, "From rLLM's AgentCore backend": the page's overrides run as written, after ``install()``.
 
-rLLM is not on PyPI: its types come from tests/stand_ins/rllm. A scripted backend plays dispatcher and agent.
+rLLM is not on PyPI: its types come from tests/stand_ins/rllm (or the real tree ``AGENTCORE_STAND_INS_RLLM``
+names, see the README there). A scripted backend plays dispatcher and agent.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "stand_ins" / "rllm"))
+from rllm_tree import rllm_paths  # noqa: E402
 
+sys.path[:0] = rllm_paths()
 import rllm.engine.remote_runtime as remote_runtime  # noqa: E402
 from rllm.engine.remote_runtime import RemoteRuntimeConfig  # noqa: E402
-from rllm_engine import run_one  # noqa: E402
+from rllm_engine import SessionUrls, run_one  # noqa: E402
 from trainer_support import Backend, create_experiment  # noqa: E402
 
 from trainer_client.backends import rllm as backend_rllm  # noqa: E402
@@ -70,8 +73,8 @@ async def test_the_guides_overrides_run_an_rllm_task_as_a_run_of_the_experiment(
     runtime.initialize()
     serving = backend.serve_in_thread(1)
     try:
-        result, _ = await run_one(
-            runtime, {"reward": 0.5}, "gsm8k-17", lambda sid: f"http://gw/sessions/{sid}/v1", config.session_timeout
+        result, _, _ = await run_one(
+            runtime, SessionUrls("http://gw"), {"reward": 0.5}, "gsm8k-17", config.session_timeout
         )
     finally:
         serving.join(timeout=30)

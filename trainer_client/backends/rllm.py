@@ -35,6 +35,7 @@ import functools
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import logging
 import os
 import sys
@@ -50,6 +51,7 @@ if TYPE_CHECKING:  # loaded on first use (they import rLLM): see __getattr__
 __all__ = [
     "BACKEND",
     "AgentCoreEventsRuntime",
+    "RLLMNotInstalledError",
     "RuntimeOptions",
     "install",
     "ray_runtime_env",
@@ -77,6 +79,14 @@ _INSTALLED_MARK = "_agentcore_events_installed"
 _RUNTIME_NAMES = ("AgentCoreEventsRuntime", "RuntimeOptions", "to_task_result")
 
 
+#: How rLLM installs (it is not on PyPI), for the error when it is missing.
+RLLM_INSTALL = 'pip install "rllm[verl] @ git+https://github.com/rllm-org/rllm.git"'
+
+
+class RLLMNotInstalledError(ImportError):
+    """:func:`install` found no rLLM with a remote runtime in this environment."""
+
+
 def __getattr__(name: str) -> Any:
     if name in _RUNTIME_NAMES:
         return getattr(importlib.import_module("trainer_client.backends._rllm_runtime"), name)
@@ -98,9 +108,12 @@ def install() -> None:
     environment; it logs a warning saying so.
 
     Raises:
+        RLLMNotInstalledError: this interpreter has no rLLM, or one without ``rllm.engine.remote_runtime``
+            (an ``ImportError``; the message says how to install rLLM).
         RuntimeError: under ``uv run`` with Ray already imported and its uv hook on (too late to switch it
             off; the message says what to do).
     """
+    _check_rllm_installed()
     _wrap_factory_when_imported()
     current = os.environ.get(RAY_RUNTIME_ENV_HOOK)
     if current != _RUNTIME_ENV_HOOK:
@@ -116,6 +129,23 @@ def install() -> None:
             "ray.init, or pass runtime_env={'worker_process_setup_hook': '%s'}",
             BACKEND,
             _WORKER_SETUP_HOOK,
+        )
+
+
+def _check_rllm_installed() -> None:
+    """Raise :class:`RLLMNotInstalledError` unless rLLM's factory module can be found (without importing rLLM)."""
+    spec = importlib.util.find_spec("rllm")
+    locations = list(spec.submodule_search_locations or ()) if spec is not None else []
+    if not locations:
+        raise RLLMNotInstalledError(
+            f"rLLM is not installed in this Python ({sys.executable}), so there is no trainer for the {BACKEND} "
+            f"backend to plug into: install it with {RLLM_INSTALL} (rLLM is not on PyPI)"
+        )
+    factory = os.path.join("engine", "remote_runtime", "__init__.py")
+    if not any(os.path.isfile(os.path.join(location, factory)) for location in locations):
+        raise RLLMNotInstalledError(
+            f"the rLLM at {locations[0]} has no rllm.engine.remote_runtime (its remote runtime, which the {BACKEND} "
+            f"backend plugs into, came later): install a current rLLM with {RLLM_INSTALL}"
         )
 
 
