@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from rollout_contract import RolloutResult, Status
 from trainer_client._exceptions import (
@@ -14,6 +14,7 @@ from trainer_client._exceptions import (
     RolloutError,
     RolloutTimeoutError,
 )
+from trainer_client.routing import RoutedExperts
 
 __all__ = ["ClientResult", "TokenTrace"]
 
@@ -26,7 +27,14 @@ _STATUS_ERRORS: dict[Status, type[RolloutError]] = {
 
 
 class TokenTrace(BaseModel):
-    """One model call the token gateway recorded for a session (choice 0 only, as the gateway keeps it)."""
+    """One model call the token gateway recorded for a session (choice 0 only, as the gateway keeps it).
+
+    ``weight_version`` is the policy version that served the call (the server's own stamp, else the one the trainer
+    last told the gateway); ``routed_experts`` its per-token MoE routing, aligned to ``prompt_token_ids +
+    completion_token_ids`` (``None`` when the server returned none). ``trainer_client.gateway`` keeps both in the
+    record's ``metadata``; rLLM's gateway at HEAD has them at the top (``weight_version``, ``routing_matrices``):
+    both are read.
+    """
 
     model_config = ConfigDict(extra="allow")
 
@@ -39,6 +47,25 @@ class TokenTrace(BaseModel):
     completion_token_ids: list[int] = []
     logprobs: list[float] | None = None
     finish_reason: str | None = None
+    weight_version: int | None = None
+    routed_experts: RoutedExperts | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lift_gateway_fields(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        found = data.get("metadata")
+        metadata: dict[str, Any] = found if isinstance(found, dict) else {}
+        lifted = dict(data)
+        if lifted.get("weight_version") is None and metadata.get("weight_version") is not None:
+            lifted["weight_version"] = metadata["weight_version"]
+        if lifted.get("routed_experts") is None:
+            if metadata.get("routed_experts") is not None:
+                lifted["routed_experts"] = metadata["routed_experts"]
+            elif data.get("routing_matrices"):
+                lifted["routed_experts"] = RoutedExperts.from_routing_matrices(data["routing_matrices"])
+        return lifted
 
 
 class ClientResult(RolloutResult):

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from trainer_client import TokenTrace
 from trainer_client.backends.assembly import TokenRow, TraceMismatchError, assemble_rows, is_prefix
+from trainer_client.routing import RoutedExperts
 
 VOCAB = 40  # small, so accidental token coincidences happen and are exercised
 
@@ -25,6 +26,7 @@ class Call:
     completion_token_ids: list[int]
     logprobs: list[float] | None
     finish_reason: str | None = "stop"
+    routed_experts: RoutedExperts | None = None
 
 
 tokens = st.lists(st.integers(0, VOCAB - 1), max_size=8)
@@ -172,3 +174,51 @@ def test_no_calls_no_rows_and_bad_limits_are_refused():
     assert assemble_rows([]) == []
     with pytest.raises(ValueError, match="max_response_length must be at least 1"):
         assemble_rows([], max_response_length=0)
+
+
+LAYERS, TOP_K = 2, 2
+
+
+def route(token: int, position: int) -> list[list[int]]:
+    """A deterministic router: the experts of each layer for ``token`` at ``position``."""
+    return [[(token * 7 + position + layer) % 64, (token + 3 * layer) % 64] for layer in range(LAYERS)]
+
+
+def routed(call: Call) -> Call:
+    """``call`` with the routing a server records: one row per token fed through the model (not the last)."""
+    sequence = call.prompt_token_ids + call.completion_token_ids
+    rows = [route(token, position) for position, token in enumerate(sequence[:-1])]
+    return replace(call, routed_experts=RoutedExperts.from_nested(rows) if rows else None)
+
+
+@settings(max_examples=150, deadline=None)
+@given(episode_specs(), st.integers(1, 12), st.integers(1, 12))
+def test_each_rows_routing_is_the_routing_of_its_tokens_through_prefix_breaks_and_truncation(
+    specs, max_prompt, max_response
+):
+    # GIVEN calls that carry a server's per-token routing, over episodes that break the prefix
+    episodes = [[routed(call) for call in episode] for episode in build_episodes(specs)]
+    calls = [call for episode in episodes for call in episode]
+    if any(call.routed_experts is None for call in calls):
+        return  # a one-token call has no routed token: its row carries no routing (checked below)
+    # WHEN they are assembled, cut to the limits
+    rows = assemble_rows(calls, max_prompt_length=max_prompt, max_response_length=max_response)
+    # THEN row i of a row's routing is the routing of token i of prompt + response, as the server fed it
+    for row, episode in zip(rows, episodes, strict=True):
+        uncut = episode[0].prompt_token_ids
+        offset = max(len(uncut) - max_prompt, 0)
+        full = row.prompt_ids + row.response_ids
+        assert row.routed_experts is not None
+        assert row.routed_experts.nested() == [route(token, offset + i) for i, token in enumerate(full)][
+            : row.routed_experts.tokens
+        ]
+        assert row.routed_experts.tokens >= len(full) - 1  # every token but the row's very last was fed
+
+
+def test_a_row_with_one_call_without_routing_carries_none():
+    first = routed(Call([1, 2, 3], [7, 8], [-0.5, -0.25]))
+    second = Call([1, 2, 3, 7, 8, 9], [5], [-1.0])
+    (row,) = assemble_rows([first, second])
+    assert row.routed_experts is None
+    (alone,) = assemble_rows([first])
+    assert alone.routed_experts == first.routed_experts

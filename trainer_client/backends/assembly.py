@@ -16,6 +16,12 @@ trainer must splice them back into sequences:
 Truncation (``max_prompt_length`` / ``max_response_length``) keeps the END of the prompt (the tokens next
 to the response) and the START of the response; ``response_mask`` and ``response_logprobs`` are cut at
 the same index as ``response_ids``, so they stay aligned. ``TokenRow.truncated`` says that a side was cut.
+
+MoE routing (router replay): when every call of a row carries its per-token routing
+(:class:`trainer_client.routing.RoutedExperts`, rows from the first prompt token), the row's routing is each
+position's routing from the first call that fed that position through the model: the first call's rows, then
+each later call's rows past those. It is cut with the prompt and the response, so row ``i`` of
+``TokenRow.routed_experts`` stays the routing of token ``i`` of ``prompt_ids + response_ids``.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from trainer_client.routing import RoutedExperts
 
 __all__ = ["TokenCall", "TokenRow", "TraceMismatchError", "assemble_rows", "is_prefix"]
 
@@ -39,6 +47,8 @@ class TokenCall(Protocol):
     def logprobs(self) -> Sequence[float] | None: ...
     @property
     def finish_reason(self) -> str | None: ...
+    @property
+    def routed_experts(self) -> RoutedExperts | None: ...
 
 
 class TraceMismatchError(ValueError):
@@ -58,6 +68,8 @@ class TokenRow:
         num_calls: how many model calls the row joins.
         finish_reason: the last call's finish reason (``"length"`` means the server cut the completion).
         truncated: the prompt or the response was cut to the requested length.
+        routed_experts: per-token MoE routing of ``prompt_ids + response_ids`` (``None`` unless every call of
+            the row carried routing).
     """
 
     prompt_ids: list[int]
@@ -67,6 +79,9 @@ class TokenRow:
     num_calls: int = 0
     finish_reason: str | None = None
     truncated: bool = False
+    routed_experts: RoutedExperts | None = None
+    #: The row's routing rows so far, flat (``None`` once a call came without routing).
+    _routing: list[int] | None = field(default_factory=list, repr=False)
 
     @property
     def num_sampled(self) -> int:
@@ -84,16 +99,41 @@ class TokenRow:
             self.response_logprobs = None
         self.num_calls += 1
         self.finish_reason = call.finish_reason
+        self._add_routing(call.routed_experts)
+
+    def _add_routing(self, routing: RoutedExperts | None) -> None:
+        if (
+            self._routing is None
+            or routing is None
+            or (
+                self.routed_experts is not None
+                and (routing.layers, routing.top_k) != (self.routed_experts.layers, self.routed_experts.top_k)
+            )
+        ):
+            self._routing, self.routed_experts = None, None
+            return
+        per_token = routing.layers * routing.top_k
+        known = len(self._routing) // per_token
+        if routing.tokens > known:
+            self._routing += routing.ids()[known * per_token :]
+        self.routed_experts = RoutedExperts.from_ids(
+            self._routing, tokens=len(self._routing) // per_token, layers=routing.layers, top_k=routing.top_k
+        )
 
     def _truncate(self, max_prompt_length: int | None, max_response_length: int | None) -> None:
         if max_prompt_length is not None and len(self.prompt_ids) > max_prompt_length:
-            self.prompt_ids = self.prompt_ids[len(self.prompt_ids) - max_prompt_length :]
+            cut = len(self.prompt_ids) - max_prompt_length
+            self.prompt_ids = self.prompt_ids[cut:]
+            if self.routed_experts is not None:
+                self.routed_experts = self.routed_experts.window(cut, self.routed_experts.tokens)
             self.truncated = True
         if max_response_length is not None and len(self.response_ids) > max_response_length:
             self.response_ids = self.response_ids[:max_response_length]
             self.response_mask = self.response_mask[:max_response_length]
             if self.response_logprobs is not None:
                 self.response_logprobs = self.response_logprobs[:max_response_length]
+            if self.routed_experts is not None:
+                self.routed_experts = self.routed_experts.window(0, len(self.prompt_ids) + max_response_length)
             self.truncated = True
 
 
