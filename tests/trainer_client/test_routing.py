@@ -53,7 +53,8 @@ def test_a_trace_reads_its_routing_and_weight_version_from_our_gateways_metadata
     assert (ours.weight_version, ours.routed_experts) == (4, routing)
     header = json.dumps({"shape": [2, 2], "dtype": "uint8"})
     flat = bytes(expert for token in ROWS for layer in token for expert in layer)
+    matrices = [header, base64.b64encode(flat).decode()]
     rllm = TokenTrace.model_validate(
-        {"trace_id": "t", "session_id": "s", "weight_version": 2, "routing_matrices": [header, base64.b64encode(flat).decode()]}
+        {"trace_id": "t", "session_id": "s", "weight_version": 2, "routing_matrices": matrices}
     )
     assert (rllm.weight_version, rllm.routed_experts.nested()) == (2, ROWS)
