@@ -96,7 +96,10 @@ def test_generate_rollout_turns_a_grpo_step_into_slime_samples_for_every_status(
         "agentcore/rows": 12,
     }
     assert sum(map(sum, train_data["loss_masks"])) == sampled > 0
-    print(f"slime e2e step: {len(samples)} samples, {sampled} sampled tokens, {sampled} trained")
+    # (one sample per rollout, its last row, trained only part of them: the first turns got no gradient)
+    last_rows = [sum(rollout[-1].loss_mask) for group in groups[:3] for rollout in group]
+    assert sum(last_rows) < sampled
+    print(f"slime e2e: {len(samples)} samples; {sampled} tokens sampled and trained; last rows alone {sum(last_rows)}")
 
 
 async def test_the_generate_hook_runs_one_rollout_as_its_rows_and_a_cancelled_task_cancels_its_rollout(

@@ -274,7 +274,7 @@ def _padding_row(rollout: Sequence[Sample], pad_token_id: int) -> Sample:
     return row
 
 
-def samples_multiple(args: Any) -> int:
+def _samples_multiple(args: Any) -> int:
     """How many samples each training step must be a multiple of, so slime 624b824a's static micro-batching
     (``build_dp_schedule``) gives every data-parallel rank the same number of micro-batches: 1 with
     ``--use-dynamic-batch-size`` (slime splits micro-batches itself), else ``micro_batch_size`` times
@@ -288,7 +288,7 @@ def samples_multiple(args: Any) -> int:
     return int(ranks) * int(getattr(args, "micro_batch_size", None) or 1)
 
 
-def pad_steps(rollouts: Sequence[list[Sample]], rollouts_per_step: int, multiple: int, pad_token_id: int) -> int:
+def _pad_steps(rollouts: Sequence[list[Sample]], rollouts_per_step: int, multiple: int, pad_token_id: int) -> int:
     """Add masked padding rows to the last rollout of each step of ``rollouts_per_step`` rollouts (in slime's
     order) until the step's samples are a multiple of ``multiple``; return how many were added."""
     added = 0
@@ -356,7 +356,7 @@ async def generate(
     )
     if evaluation:
         return samples[-1:]
-    for _ in range(-len(samples) % samples_multiple(args)):
+    for _ in range(-len(samples) % _samples_multiple(args)):
         samples.append(_padding_row(samples, settings.pad_token_id))
     _refuse_rows_without_our_normalisation(args, len(samples), 1)
     return samples
@@ -429,7 +429,7 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
             POST_PROCESS_PATH,
         )
     rollouts_per_step = int(getattr(args, "global_batch_size", None) or len(ordered))
-    filled = pad_steps(ordered, rollouts_per_step, samples_multiple(args), settings.pad_token_id)
+    filled = _pad_steps(ordered, rollouts_per_step, _samples_multiple(args), settings.pad_token_id)
     _refuse_rows_without_our_normalisation(args, len(samples) + filled, len(ordered))
     metrics: dict[str, Any] = {f"agentcore/{status}": count for status, count in statuses.items()}
     metrics |= {"agentcore/sampled_tokens": sampled, "agentcore/trained_tokens": trained, "agentcore/rows": rows}
