@@ -132,6 +132,13 @@ class RoutedExperts(BaseModel):
             for t in range(self.tokens)
         ]
 
+    def numpy(self) -> Any:
+        """A ``(tokens, layers, top_k)`` numpy array (numpy is imported here: frameworks that take arrays have it)."""
+        import numpy as np
+
+        flat = np.frombuffer(base64.b64decode(self.data), dtype=np.dtype(self.dtype).newbyteorder("<"))
+        return flat.reshape(self.tokens, self.layers, self.top_k)
+
     def window(self, start: int, length: int) -> RoutedExperts:
         """Rows ``start .. start + length`` (positions past the recorded rows are left out)."""
         per_token = self.layers * self.top_k

@@ -48,6 +48,7 @@ with warnings.catch_warnings():  # verl and Ray warn at import about their own d
         AgentCoreAgentLoop,
         FailurePolicy,
         RolloutFailedError,
+        RoutingUnavailableError,
         default_payload,
         to_outputs,
     )
@@ -56,6 +57,7 @@ from rollout_contract import ErrorInfo, ResultKey, Status, Timings
 from trainer_client import ClientResult, PollSettings, TokenTrace
 from trainer_client._future import RolloutFuture
 from trainer_client.backends import _shared
+from trainer_client.routing import RoutedExperts
 
 EXP = "verl-unit"
 PROMPT_LENGTH = RESPONSE_LENGTH = 512  # verl's defaults (actor_rollout_ref.rollout.prompt_length / response_length)
@@ -97,7 +99,7 @@ def outcome(res: ClientResult) -> _shared.RolloutOutcome:
     return _shared.RolloutOutcome(res.status.value, res, error, 2.5)
 
 
-def outputs(res: ClientResult, policy=FailurePolicy.ZERO_REWARD) -> list[AgentLoopOutput]:
+def outputs(res: ClientResult, policy=FailurePolicy.ZERO_REWARD, **options) -> list[AgentLoopOutput]:
     return to_outputs(
         outcome(res),
         policy=policy,
@@ -106,7 +108,46 @@ def outputs(res: ClientResult, policy=FailurePolicy.ZERO_REWARD) -> list[AgentLo
         pad_token_id=0,
         max_prompt_length=PROMPT_LENGTH,
         max_response_length=RESPONSE_LENGTH,
+        **options,
     )
+
+
+def experts(token: int, position: int) -> list[list[int]]:
+    """A 2-layer top-2 router over 16 experts."""
+    return [[(token + position) % 16, (token * 3 + layer) % 16] for layer in range(2)]
+
+
+def with_routing(traces: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The traces as a server returning routed experts records them (every token fed but the last)."""
+    routed = []
+    for trace in traces:
+        fed = (trace["prompt_token_ids"] + trace["completion_token_ids"])[:-1]
+        routing = RoutedExperts.from_nested([experts(token, i) for i, token in enumerate(fed)])
+        routed.append({**trace, "metadata": {"routed_experts": routing.model_dump()}})
+    return routed
+
+
+def test_router_replay_hands_verl_each_rows_routing_and_verl_places_it_on_the_sequence():
+    # GIVEN a rollout whose calls came back with routing, and verl's router replay on
+    first, second = outputs(result(traces=with_routing(TRACES)), routing_replay=True)
+    # THEN each output carries the routing of its own tokens, prompt first
+    for output in (first, second):
+        sequence = output.prompt_ids + output.response_ids
+        assert output.routed_experts.tolist() == [experts(t, i) for i, t in enumerate(sequence)][:-1]
+    # AND verl's V1 conversion and its legacy padding take it (left-padded prompt: it starts where the prompt does)
+    assert tuple(first.as_dict()["routed_experts"].shape) == (len(first.prompt_ids) + len(first.response_ids), 2, 2)
+    worker = legacy_worker(trainer_config("trainer.use_v1=false"), tokenizer())
+    internal = asyncio.run(worker._agent_loop_postprocess(first, False, raw_prompt=ROW["raw_prompt"]))
+    start = PROMPT_LENGTH - len(first.prompt_ids)
+    placed = internal.routed_experts[0, start : start + len(first.prompt_ids)].tolist()
+    assert placed == [experts(t, i) for i, t in enumerate(first.prompt_ids)]
+    # AND without replay nothing is handed over
+    assert outputs(result(traces=with_routing(TRACES)))[0].routed_experts is None
+
+
+def test_router_replay_without_routing_from_the_server_names_the_server_flag():
+    with pytest.raises(RoutingUnavailableError, match="--enable-return-routed-experts"):
+        outputs(result(traces=TRACES), routing_replay=True)
 
 
 def test_a_prefix_break_gives_two_real_outputs_with_mask_logprobs_and_reward():

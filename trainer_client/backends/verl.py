@@ -67,6 +67,7 @@ __all__ = [
     "AgentCoreAgentLoop",
     "FailurePolicy",
     "RolloutFailedError",
+    "RoutingUnavailableError",
     "count_tokens",
     "default_payload",
     "to_outputs",
@@ -97,6 +98,19 @@ class FailurePolicy(StrEnum):
 
 class RolloutFailedError(RolloutError):
     """A rollout did not succeed and the failure policy is ``raise``."""
+
+
+class RoutingUnavailableError(RolloutError):
+    """verl asks for router replay and a rollout's model calls came back without per-token routing."""
+
+
+#: What to do when router replay is asked for and the server returns no routing.
+ROUTING_HELP = (
+    "actor_rollout_ref.rollout.enable_rollout_routing_replay is on, but the model calls of rollout {session} came "
+    "back without per-token expert routing: serve the policy with routing returned (vLLM >= 0.22 with "
+    "--enable-return-routed-experts, which verl sets on its own rollout servers; SGLang with "
+    "--enable-return-routed-experts) behind `python -m trainer_client.gateway`, which keeps it, or turn replay off"
+)
 
 
 def default_payload(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -150,6 +164,7 @@ class AgentCoreAgentLoop(AgentLoopBase):
             logger.warning(LEGACY_TRAINER_WARNING)
         self.register_servers = register_servers
         super().__init__(trainer_config, *args, **kwargs)
+        self.routing_replay = bool(self.rollout_config.get("enable_rollout_routing_replay", False))
         self.client = shared_client(experiment, region=region, model_id=model_id)
         self.rollout_timeout_s = float(rollout_timeout_s)
         self.payload_fn: Callable[[Mapping[str, Any]], Mapping[str, Any]] = (
@@ -179,6 +194,7 @@ class AgentCoreAgentLoop(AgentLoopBase):
             pad_token_id=self._pad_token_id(),
             max_prompt_length=self.rollout_config.prompt_length,
             max_response_length=self.rollout_config.response_length,
+            routing_replay=self.routing_replay,
         )
         if not self.multiple_rows and len(outputs) > 1:
             outputs[-1].extra_fields["rows_dropped"] = len(outputs) - 1
@@ -220,6 +236,7 @@ def to_outputs(
     pad_token_id: int,
     max_prompt_length: int,
     max_response_length: int,
+    routing_replay: bool = False,
 ) -> list[AgentLoopOutput]:
     """verl's outputs for one rollout: one per token row, or a masked placeholder when there are no traces.
 
@@ -231,6 +248,12 @@ def to_outputs(
         pad_token_id: the placeholder's one masked response token.
         max_prompt_length: verl's ``rollout.prompt_length``.
         max_response_length: verl's ``rollout.response_length``.
+        routing_replay: verl's ``rollout.enable_rollout_routing_replay``: each output carries its row's
+            ``routed_experts`` (``(tokens, layers, top_k)``, row ``i`` the routing of token ``i`` of prompt +
+            response, which verl pads to the whole sequence).
+
+    Raises:
+        RoutingUnavailableError: ``routing_replay`` and a row that made model calls has no routing.
     """
     if not outcome.succeeded and policy is FailurePolicy.DROP:
         return []
@@ -244,6 +267,8 @@ def to_outputs(
     outputs = []
     traces = outcome.token_traces
     for row in rows:
+        if routing_replay and row.num_calls and row.routed_experts is None:
+            raise RoutingUnavailableError(ROUTING_HELP.format(session=outcome.session_id))
         calls, traces = traces[: row.num_calls], traces[row.num_calls :]
         response_ids = row.response_ids or [pad_token_id]
         logprobs = row.response_logprobs
@@ -256,6 +281,7 @@ def to_outputs(
                 response_mask=[0] * len(response_ids) if masked or not row.response_ids else row.response_mask,
                 response_logprobs=logprobs,
                 reward_score=reward,
+                routed_experts=row.routed_experts.numpy() if routing_replay and row.routed_experts else None,
                 num_turns=len(calls[-1].messages) + 1 if calls else 0,
                 metrics=AgentLoopMetrics(generate_sequences=outcome.elapsed),
                 extra_fields={
