@@ -33,10 +33,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--script", type=Path, help="scripted answers for the stand-in (JSON; see model_endpoint.script)"
     )
+    parser.add_argument(
+        "--moe", action="store_true", help="a tiny mixture of experts: return each choice's routed_experts (as vLLM)"
+    )
     args = parser.parse_args(argv)
     try:
         settings = EndpointSettings(
-            model_name=args.model_name, seed=args.seed, latency_s=args.latency, policy=args.policy, script=args.script
+            model_name=args.model_name,
+            seed=args.seed,
+            latency_s=args.latency,
+            policy=args.policy,
+            script=args.script,
+            moe=args.moe,
         )
     except ValueError as exc:
         parser.error(str(exc))

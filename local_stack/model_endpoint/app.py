@@ -9,7 +9,9 @@ streaming) and ``token_ids`` per choice (per chunk when streaming, end-of-sequen
 ``logprobs: true`` adds ``choices[].logprobs.content[]`` with one entry per token. Unknown request
 fields are ignored (the stand-in ignores ``max_tokens`` and ``top_p`` too: answers are short), and any
 ``model`` name is answered (and echoed). A policy may add root fields to every response (the transformer
-policy adds ``weight_version``).
+policy adds ``weight_version``). With ``moe`` (``--moe``) the stand-in is a tiny mixture of experts
+(:mod:`local_stack.model_endpoint.moe`) and returns each choice's ``routed_experts`` as vLLM does with
+``--enable-return-routed-experts`` (on the last chunk when streaming).
 
 Repeatability: each request draws from ``Random(hash(seed, messages, k))``, where ``k`` is the request's
 ``seed`` if it sends one, else how many times this server has already seen the same messages. The same
@@ -38,6 +40,7 @@ from starlette.routing import Route
 
 from local_stack.hosting import DEFAULT_MODEL_NAME
 from local_stack.model_endpoint.chat import ChatPolicy, ChatRequest, Completion, InvalidRequestError, error_response
+from local_stack.model_endpoint.moe import routed_experts
 from local_stack.model_endpoint.policy import Sampled, Sampler, StandInPolicy, Turn
 from local_stack.model_endpoint.script import Script
 from local_stack.model_endpoint.tokenizer import Tokenizer
@@ -69,6 +72,8 @@ class EndpointSettings(Settings):
             :mod:`local_stack.tiny_policy`, initialized from ``seed``; needs ``make ml-env``).
         script: a file of scripted answers the stand-in gives before its own rules
             (:mod:`local_stack.model_endpoint.script`); checked when the settings are made.
+        moe: return each choice's per-token MoE routing (``routed_experts``), as vLLM does when started with
+            ``--enable-return-routed-experts``.
     """
 
     model_name: str = DEFAULT_MODEL_NAME
@@ -76,6 +81,7 @@ class EndpointSettings(Settings):
     latency_s: float = Field(default=0.0, ge=0)
     policy: str = STAND_IN
     script: PathValue | None = None
+    moe: bool = False
 
     @field_validator("policy")
     @classmethod
@@ -102,6 +108,8 @@ class EndpointSettings(Settings):
     def _scripted_policy(self) -> EndpointSettings:
         if self.script is not None and self.policy != STAND_IN:
             raise ValueError(f"a model script is answered by the stand-in policy, not by {self.policy!r}")
+        if self.moe and self.policy != STAND_IN:
+            raise ValueError(f"the mixture-of-experts variant is the stand-in's; {self.policy!r} has no experts")
         return self
 
 
@@ -181,7 +189,14 @@ def _usage(prompt_ids: list[int], turn: Turn) -> dict[str, int]:
     }
 
 
-def _completion_body(request: ChatRequest, completion: Completion, ids: tuple[str, int]) -> dict[str, Any]:
+def _routing(completion: Completion) -> dict[str, Any]:
+    """The choice's ``routed_experts``: every token fed through the model, prompt first."""
+    return {"routed_experts": routed_experts([*completion.prompt_ids, *(s.token.id for s in completion.turn.tokens)])}
+
+
+def _completion_body(
+    request: ChatRequest, completion: Completion, ids: tuple[str, int], *, moe: bool = False
+) -> dict[str, Any]:
     prompt_ids, turn = completion.prompt_ids, completion.turn
     message: dict[str, Any] = {"role": "assistant", "content": turn.content}
     if turn.tool_call is not None:
@@ -200,6 +215,7 @@ def _completion_body(request: ChatRequest, completion: Completion, ids: tuple[st
                 "message": message,
                 "finish_reason": turn.finish_reason,
                 **_choice_extras(request, turn.tokens),
+                **(_routing(completion) if moe else {}),
             }
         ],
         "usage": _usage(prompt_ids, turn),
@@ -210,7 +226,9 @@ def _completion_body(request: ChatRequest, completion: Completion, ids: tuple[st
     return body
 
 
-def _stream_chunks(request: ChatRequest, completion: Completion, ids: tuple[str, int]) -> list[dict[str, Any]]:
+def _stream_chunks(
+    request: ChatRequest, completion: Completion, ids: tuple[str, int], *, moe: bool = False
+) -> list[dict[str, Any]]:
     """The chunks vLLM would stream: the role first, then one chunk per token (tool calls per part)."""
     prompt_ids, turn = completion.prompt_ids, completion.turn
 
@@ -240,6 +258,8 @@ def _stream_chunks(request: ChatRequest, completion: Completion, ids: tuple[str,
             chunks.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": part.text}}]}, part.tokens))
         elif part.kind == "end":
             chunks.append(chunk({}, part.tokens, turn.finish_reason))
+            if moe:
+                chunks[-1]["choices"][0].update(_routing(completion))
     if request.include_usage:
         chunks.append(
             {
@@ -287,8 +307,8 @@ def create_app(settings: EndpointSettings | None = None, policy: ChatPolicy | No
         if settings.latency_s:
             await asyncio.sleep(settings.latency_s)
         if not chat.stream:
-            return JSONResponse(_completion_body(chat, completion, ids))
-        chunks = _stream_chunks(chat, completion, ids)
+            return JSONResponse(_completion_body(chat, completion, ids, moe=settings.moe))
+        chunks = _stream_chunks(chat, completion, ids, moe=settings.moe)
 
         async def events() -> AsyncIterator[str]:
             for item in chunks:

@@ -41,6 +41,7 @@ def model_endpoint_process(
             "--policy",
             settings.policy,
             *(["--script", str(settings.script)] if settings.script is not None else []),
+            *(["--moe"] if settings.moe else []),
         ],
         log_path=run_dir / "model.log",
         env=dict(base_env),

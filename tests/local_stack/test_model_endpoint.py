@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -225,3 +226,34 @@ def test_simulated_latency_delays_each_call() -> None:
         # THEN it takes at least that long
         assert response.status_code == 200
         assert time.monotonic() - started >= 0.3
+
+
+def test_the_moe_variant_returns_every_fed_tokens_routing_as_vllm_does_and_the_same_for_a_longer_prompt() -> None:
+    # GIVEN the stand-in as a tiny mixture of experts
+    http = TestClient(create_app(EndpointSettings(moe=True)))
+    body = {"model": "any", "messages": [{"role": "user", "content": PROBLEM["prompt"]}], **TOKEN_FIELDS}
+    # WHEN it answers, plain and streamed
+    answer = http.post("/v1/chat/completions", json=body).json()
+    choice = answer["choices"][0]
+    fed = answer["prompt_token_ids"] + choice["token_ids"]
+    # THEN the choice carries [token][layer][k] for every token fed through the model (all but the last)
+    routing = choice["routed_experts"]
+    assert len(routing) == len(fed) - 1 and {(len(row), len(row[0])) for row in routing} == {(4, 2)}
+    chunks = [
+        json.loads(line.removeprefix("data: "))
+        for line in http.post("/v1/chat/completions", json={**body, "stream": True}).text.splitlines()
+        if line.startswith("data: {")
+    ]
+    streamed = [
+        chunk["choices"][0]["routed_experts"] for chunk in chunks if "routed_experts" in (chunk["choices"] or [{}])[0]
+    ]
+    assert len(streamed) == 1 and len(streamed[0]) == len(routing)
+    # AND a later call whose prompt holds this answer routes those tokens as they were routed when decoded
+    follow_up = {**body, "messages": [*body["messages"], choice["message"], {"role": "user", "content": "Sure?"}]}
+    later = http.post("/v1/chat/completions", json=follow_up).json()
+    common = len(os.path.commonprefix([fed, later["prompt_token_ids"]]))
+    assert common > len(answer["prompt_token_ids"])  # the answer's first tokens are in the later prompt
+    assert later["choices"][0]["routed_experts"][: common - 1] == routing[: common - 1]
+    # AND without --moe there is no routing
+    plain = TestClient(create_app(EndpointSettings())).post("/v1/chat/completions", json=body).json()
+    assert "routed_experts" not in plain["choices"][0]
