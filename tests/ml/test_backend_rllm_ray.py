@@ -94,11 +94,10 @@ class _NoTrainingBackend:
         return None
 
 
-def test_rllms_unified_trainer_builds_our_runtime_from_the_readme_command(installed, monkeypatch):
+def test_rllms_unified_trainer_builds_our_runtime_from_the_readme_command(installed):
     # GIVEN rLLM's unified config composed with exactly the README command's overrides
     from rllm.trainer.unified_trainer import UnifiedTrainer
 
-    monkeypatch.chdir(REPO)  # rLLM's trainer may write its logs under the working directory
     overrides = [arg for arg in shlex.split(RLLM_COMMAND.read_text()) if "=" in arg]
     # WHEN rLLM's UnifiedTrainer (on rLLM's verl launcher's backend name) picks its remote runtime
     trainer = UnifiedTrainer(_NoTrainingBackend, _unified_config(*overrides), backend_name="verl")
