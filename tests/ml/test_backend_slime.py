@@ -406,7 +406,7 @@ async def test_the_per_sample_hook_gives_slimes_loop_every_row_and_its_evaluatio
     rows = [_scripted(*[("succeeded", "two_rows", 1.0)] * 4)]
     args = slime_args(tmp_path, rows, config=_unit_config())
     (group,) = rollout_manager(args).data_source.get_samples(1)
-    thread = agents.serve_in_thread(3)
+    thread = agents.serve_in_thread(4)
     # slime's loop takes a list of samples from a custom generate function: one per row, one rollout id
     first, second = await backend_slime.generate(args, group[0], {})
     assert (first.tokens, second.tokens) == ([5, 6, 7, 2], [5, 6, 7, 9, 8, 2])
@@ -414,6 +414,15 @@ async def test_the_per_sample_hook_gives_slimes_loop_every_row_and_its_evaluatio
     # its evaluation (which passes evaluation=True) counts each rollout once: the last row
     (last,) = await backend_slime.generate(args, group[1], {}, evaluation=True)
     assert last.tokens == [5, 6, 7, 9, 8, 2] and last.metadata["agentcore"]["row"] == 1
+    # with static micro-batches on four ranks (Megatron's data_parallel_size) the rollout fills them with masked rows
+    args.data_parallel_size = 4
+    rows = await backend_slime.generate(args, group[1], {})
+    assert [(sum(s.loss_mask), s.remove_sample, s.rollout_id) for s in rows] == [
+        (2, False, group[1].index),
+        (2, False, group[1].index),
+        (0, True, group[1].index),
+        (0, True, group[1].index),
+    ]
     # without our reward hook two rows are refused, naming the flag
     args.custom_reward_post_process_path = None
     with pytest.raises(ValueError, match="--custom-reward-post-process-path"):
