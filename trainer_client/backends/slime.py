@@ -23,9 +23,10 @@ sample, as slime's own multi-sample rollouts set it) and ``metadata["agentcore"]
 slime 624b824a trains on rollouts, not samples: ``global_batch_size`` counts rollouts (``rollout_id``s), a
 training step holds the whole of each of its rollouts, and the loss averages each rollout's tokens over
 ``rollout_mask_sums`` (all its rows) before averaging over rollouts, so a rollout of three rows weighs as
-much as one of one row (unless ``--calculate-per-token-loss``) and no real sample is trimmed. With static micro-batches (no
-``--use-dynamic-batch-size``) slime requires each step's sample count to fill ``micro_batch_size *
-data_parallel_size`` (times the micro-batch group under virtual pipelining); :func:`generate_rollout` adds
+much as one of one row (unless ``--calculate-per-token-loss``) and no real sample is trimmed. With static
+micro-batches (no ``--use-dynamic-batch-size``) slime requires each step's sample count to fill
+``micro_batch_size * data_parallel_size`` (times the micro-batch group under virtual pipelining);
+:func:`generate_rollout` adds
 masked padding rows (``remove_sample=True``, one masked pad token, same ``rollout_id``) to the last rollout of
 each step to reach it, and :func:`generate` to each rollout.
 
