@@ -26,9 +26,8 @@ training step holds the whole of each of its rollouts, and the loss averages eac
 much as one of one row (unless ``--calculate-per-token-loss``) and no real sample is trimmed. With static
 micro-batches (no ``--use-dynamic-batch-size``) slime requires each step's sample count to fill
 ``micro_batch_size * data_parallel_size`` (times the micro-batch group under virtual pipelining);
-:func:`generate_rollout` adds
-masked padding rows (``remove_sample=True``, one masked pad token, same ``rollout_id``) to the last rollout of
-each step to reach it, and :func:`generate` to each rollout.
+:func:`generate_rollout` adds masked padding rows (``remove_sample=True``, one masked pad token, same
+``rollout_id``) to the last rollout of each step to reach it, and :func:`generate` to each rollout.
 
 Status: ``COMPLETED``; ``TRUNCATED`` when the row's last call stopped on length or a side of the row was cut;
 ``FAILED`` with reward 0.0 for a rollout that did not succeed but has traces (``agentcore_failure_policy:
