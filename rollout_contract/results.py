@@ -42,6 +42,8 @@ ART_METADATA_FIELDS = ("status_code", "stop_reason", "input_id", "s3_bucket", "r
 TRACEBACK_FIELD = "traceback"
 #: ``ErrorInfo.type`` of a reward that is NaN or infinite.
 NON_FINITE_REWARD = "NonFiniteReward"
+#: ``ErrorInfo.type`` of a reward that is not a number or a list of numbers (``"very good"``, ``{"a": 1}``).
+INVALID_REWARD = "InvalidReward"
 #: ``ErrorInfo.type`` of a failure an agent reported without an exception (a ``status_code`` other than 200).
 AGENT_REPORTED_FAILURE = "AgentReportedFailure"
 _CONTRACT_FIELDS = frozenset({*ART_METADATA_FIELDS, "rewards", TRACEBACK_FIELD, META_FIELD})
@@ -119,48 +121,66 @@ class Timings(BaseModel):
 
 
 class RewardReading(NamedTuple):
-    """The scalar reward of a document, or why there is none."""
+    """The scalar reward of a document, or why there is none (``error_type``: why it fails the rollout)."""
 
     reward: float | None
     problem: str | None = None
-    non_finite: bool = False
+    error_type: str | None = None
 
 
 def read_reward(document: Mapping[str, Any]) -> RewardReading:
     """Read a document's scalar reward by ART's rule, finite numbers only.
 
-    ``rewards`` is a number, or a list whose last element is the reward (an empty list: no reward); as in
-    ART, ``float()`` reads it (so ``1``, ``True`` and ``"0.5"`` are 1.0, 1.0 and 0.5). A NaN or infinite
-    number anywhere in ``rewards`` gives no reward and ``non_finite``.
+    ``rewards`` is a number, or a list of numbers whose last element is the reward (an empty list or no
+    ``rewards``: no reward; ``None`` before the last element: a turn without one); as in ART, ``float()`` reads
+    each (so ``1``, ``True`` and ``"0.5"`` are 1.0, 1.0 and 0.5). Anything else gives no reward and an
+    ``error_type``: :data:`INVALID_REWARD` for a value ``float()`` cannot read (``"very good"``, an object, a
+    last element ``None``), :data:`NON_FINITE_REWARD` for NaN or an infinite number anywhere in ``rewards``.
     """
     rewards = document.get("rewards")
     if rewards is None or rewards == []:
         return RewardReading(None)
-    value = rewards[-1] if isinstance(rewards, list) else rewards
-    try:
-        reward = float(value)
-    except (TypeError, ValueError):
-        return RewardReading(None, f"rewards={rewards!r} is not a number or a list whose last element is one")
     numbers = rewards if isinstance(rewards, list) else [rewards]
-    if not math.isfinite(reward) or not all(math.isfinite(n) for n in numbers if isinstance(n, float)):
+    values = []
+    for index, value in enumerate(numbers):
+        if value is None and index < len(numbers) - 1:
+            continue
+        try:
+            values.append(float(value))
+        except (TypeError, ValueError):
+            where = f"rewards[{index}]" if isinstance(rewards, list) else "rewards"
+            return RewardReading(
+                None,
+                f"{where} is {_type_name(value)} ({value!r}); a reward must be a finite number or a list of them",
+                INVALID_REWARD,
+            )
+    if not all(math.isfinite(number) for number in values):
         return RewardReading(
-            None, f"rewards={rewards!r} holds NaN or an infinite number; a reward must be finite", True
+            None, f"rewards={rewards!r} holds NaN or an infinite number; a reward must be finite", NON_FINITE_REWARD
         )
-    return RewardReading(reward)
+    return RewardReading(values[-1])
+
+
+def _type_name(value: Any) -> str:
+    """A JSON reader's name for ``value``'s type: ``a string``, ``an object``, ``null``, ..."""
+    names = {str: "a string", dict: "an object", list: "a list", type(None): "null"}
+    return names.get(type(value), f"a {type(value).__name__}")
 
 
 def derive_outcome(document: Mapping[str, Any]) -> tuple[Status, ErrorInfo | None]:
     """The status of an ART-shaped document (no :data:`META_FIELD`) and, for a failure, its error.
 
     ART's rule: ``status_code`` absent or 200 is a success, anything else a failure (``agent_error``,
-    its message from ``stop_reason``, its type from ART's ``traceback``). A success whose reward is NaN
-    or infinite is refused as ``agent_error`` (:data:`NON_FINITE_REWARD`), where ART would train on it.
+    its message from ``stop_reason``, its type from ART's ``traceback``). A success whose reward is not a
+    finite number or a list of them is refused as ``agent_error`` (:data:`NON_FINITE_REWARD`,
+    :data:`INVALID_REWARD`, the field and the value's type in the message), where ART would store it as a
+    success; the document itself stays as ART stores it.
     """
     status_code = document.get("status_code")
     if status_code is None or status_code == 200:
         reading = read_reward(document)
-        if reading.non_finite and reading.problem is not None:
-            return Status.AGENT_ERROR, ErrorInfo(type=NON_FINITE_REWARD, message=reading.problem)
+        if reading.error_type is not None and reading.problem is not None:
+            return Status.AGENT_ERROR, ErrorInfo(type=reading.error_type, message=reading.problem)
         return Status.SUCCEEDED, None
     trace = document.get(TRACEBACK_FIELD)
     trace = trace if isinstance(trace, str) else None

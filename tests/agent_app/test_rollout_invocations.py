@@ -185,6 +185,33 @@ def test_non_dict_return_stores_agent_error_naming_the_type(make_client, s3):
     assert result.stop_reason == "Return value must be a dict when S3 save is configured, got float"
 
 
+@pytest.mark.parametrize(
+    ("rewards", "message"),
+    [
+        ("very good", "rewards is a string ('very good')"),
+        ({"score": 1}, "rewards is an object ({'score': 1})"),
+        ([0.5, None], "rewards[1] is null (None)"),
+    ],
+)
+def test_a_reward_that_is_not_a_number_ends_agent_error_naming_the_field_and_type(make_client, s3, rewards, message):
+    # GIVEN a handler that returns a reward that is not a finite number or a list of them
+    client = make_client(lambda payload: {"rewards": rewards, "response": "42"})
+    session_id = new_session()
+
+    # WHEN it runs
+    invoke(client, {"_rollout": rollout_block()}, session_id)
+    wait_until_healthy(client)
+
+    # THEN the rollout is agent_error (InvalidReward) naming the field and the value's type; the document the
+    # agent returned is stored as ART stores it (its rewards, ART's status_code 200)
+    stored = read_result(s3, session_id)
+    result = RolloutResult(stored)
+    assert result.status is Status.AGENT_ERROR and result.reward is None
+    assert result.error is not None and result.error.type == "InvalidReward"
+    assert result.error.message.startswith(message)
+    assert stored["rewards"] == rewards and stored["status_code"] == 200
+
+
 def test_unstorable_dict_stores_agent_error(make_client, s3):
     # GIVEN a handler whose dict holds a value JSON cannot encode
     client = make_client(lambda payload: {"rewards": 1.0, "trace": object()})

@@ -93,7 +93,6 @@ def test_rewards_are_stored_exactly_as_returned(rewards):
     result = _round_trip(_succeeded(rewards=rewards))
 
     assert result["rewards"] == rewards and type(result["rewards"]) is type(rewards)
-    assert result.status is Status.SUCCEEDED
 
 
 @pytest.mark.parametrize(
@@ -115,12 +114,23 @@ def test_reward_rule_is_arts_a_number_or_the_last_list_element(rewards, reward):
     assert result.reward == reward and "rewards" not in result.field_errors
 
 
-@pytest.mark.parametrize("rewards", [{"a": 1.0}, [[1.0], [2.0]], [1.0, None], "high"])
-def test_an_unreadable_reward_is_a_per_field_error_not_a_failed_rollout(rewards):
+@pytest.mark.parametrize(
+    ("rewards", "what"),
+    [
+        ({"a": 1.0}, "rewards is an object"),
+        ([[1.0], [2.0]], "rewards[0] is a list"),
+        ([1.0, None], "rewards[1] is null"),
+        ("high", "rewards is a string"),
+        (["x", 1.0], "rewards[0] is a string"),
+    ],
+)
+def test_a_reward_that_is_not_a_number_or_a_list_of_them_fails_the_rollout_naming_field_and_type(rewards, what):
     result = _round_trip(_succeeded(rewards=rewards))
 
-    assert result.ok and result.reward is None
-    assert repr(rewards) in result.field_errors["rewards"]
+    assert result.status is Status.AGENT_ERROR and result.reward is None
+    assert result.error is not None and result.error.type == "InvalidReward"
+    assert result.error.message.startswith(what) and what in result.field_errors["rewards"]
+    assert result["rewards"] == rewards and result["status_code"] == 200  # the agent's document, as ART stores it
 
 
 @pytest.mark.parametrize("rewards", [math.nan, math.inf, -math.inf, [0.5, math.nan], [math.nan, 1.0], "nan"])
