@@ -2,7 +2,7 @@
 
 rllm-model-gateway writes a streamed call's trace in a background task after the last chunk, so a plain
 ``GET /sessions/<sid>/traces`` right after the agent's result can miss the last call. This module serves
-the unmodified gateway app (``rllm_model_gateway.create_app``) with three additions:
+the unmodified gateway app (``rllm_model_gateway.create_app``) with these additions:
 
 - an ASGI middleware, outermost, that counts each session's model calls in flight (a call counts from the
   moment the gateway receives it until its response, streamed or not, has been sent in full);
@@ -16,7 +16,11 @@ the unmodified gateway app (``rllm_model_gateway.create_app``) with three additi
   every trace write started while one of its calls was in flight has finished (not the other sessions'
   writes: under a batch some are always pending), then returns the same list as ``/traces``. The header
   ``X-Calls-In-Flight`` says how many of the session's calls were still running when ``timeout_s`` ran out
-  (``0``: the list is complete).
+  (``0``: the list is complete);
+- MoE routing and the weight version in every trace (:mod:`trainer_client._gateway_traces`): a response's per-token
+  routing kept compactly in the record's ``metadata``, and the version that served the call, the server's stamp or
+  the one last given with ``POST /admin/weight_version {"weight_version": N}`` (``GET`` reads it; the route and
+  body of rLLM's gateway at 9beb6e0f, so its client's ``set_weight_version`` works here).
 
 Why that is exact: an agent writes its result only after its model calls returned, so by the time the
 trainer holds the result each call has reached the gateway; the gateway creates a streamed call's write
@@ -48,11 +52,13 @@ from typing import Any
 import yaml
 from fastapi import FastAPI, Query
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 from rllm_model_gateway import GatewayConfig, create_app
 from rllm_model_gateway.middleware import SessionRoutingMiddleware
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from trainer_client._gateway_traces import WeightVersion, install, record_version
 from trainer_client._traces import CALLS_IN_FLIGHT_HEADER, SETTLED_TRACES_PATH
 
 __all__ = [
@@ -247,9 +253,14 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
+#: The admin route of the weight version (rLLM's gateway's).
+WEIGHT_VERSION_PATH = "/admin/weight_version"
+
+
 def create_settled_app(config: GatewayConfig) -> FastAPI:
-    """The rllm-model-gateway app for ``config``, with call counting, session sampling parameters and the
-    settled-traces route."""
+    """The rllm-model-gateway app for ``config``, with call counting, session sampling parameters, the
+    settled-traces route, and routing and weight versions in the traces."""
+    install()
     app = create_app(config)
     proxy, store = app.state.proxy, app.state.store
     routing = [i for i, (cls, _, _) in enumerate(app.user_middleware) if cls is SessionRoutingMiddleware]
@@ -276,9 +287,27 @@ def create_settled_app(config: GatewayConfig) -> FastAPI:
         traces = await store.get_session_traces(session_id)
         return JSONResponse(traces, headers={CALLS_IN_FLIGHT_HEADER: str(in_flight)})
 
+    version = WeightVersion()
+    record_version(proxy, version)
+
+    async def set_weight_version(body: WeightVersionBody) -> dict[str, int | None]:
+        version.current = body.weight_version
+        return {"weight_version": version.current}
+
+    async def get_weight_version() -> dict[str, int | None]:
+        return {"weight_version": version.current}
+
     app.add_api_route(SETTLED_TRACES_PATH, settled_traces, methods=["GET"])
+    app.add_api_route(WEIGHT_VERSION_PATH, set_weight_version, methods=["POST"])
+    app.add_api_route(WEIGHT_VERSION_PATH, get_weight_version, methods=["GET"])
     app.add_middleware(_CountCalls, calls=calls, pending_writes=pending_writes)
     return app
+
+
+class WeightVersionBody(BaseModel):
+    """``POST /admin/weight_version``: the policy version the servers hold from now on."""
+
+    weight_version: int = Field(ge=0)
 
 
 def _config(argv: Sequence[str] | None) -> GatewayConfig:

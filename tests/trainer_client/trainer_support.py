@@ -5,8 +5,10 @@ import ...``); ``conftest.py`` imports the fixtures for this directory, other te
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -292,3 +294,25 @@ def backend(descriptor: ExperimentDescriptor) -> Backend:
 def client(descriptor: ExperimentDescriptor) -> Iterator[RolloutClient]:
     with RolloutClient.from_descriptor(descriptor, poll=FAST_POLL) as client:
         yield client
+
+
+@contextlib.contextmanager
+def served(app: Any) -> Iterator[str]:
+    """Serve an ASGI ``app`` with uvicorn on a free port of 127.0.0.1 in a thread; yield its URL."""
+    import uvicorn
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
