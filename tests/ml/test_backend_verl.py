@@ -145,6 +145,32 @@ def test_router_replay_hands_verl_each_rows_routing_and_verl_places_it_on_the_se
     assert outputs(result(traces=with_routing(TRACES)))[0].routed_experts is None
 
 
+def test_a_rollout_whose_calls_straddle_a_weight_push_reports_both_versions():
+    # GIVEN a rollout whose first call the gateway recorded under version 3 and its later ones under 4
+    versioned = [{**trace, "metadata": {"weight_version": 3 if i == 0 else 4}} for i, trace in enumerate(TRACES)]
+    # THEN every output of it spans both (verl's staleness metrics and off-policy filters read these)
+    spans = {
+        (o.extra_fields["min_global_steps"], o.extra_fields["max_global_steps"])
+        for o in outputs(result(traces=versioned))
+    }
+    assert spans == {(3, 4)}
+    # AND a rollout whose traces carry no version falls back to the step that dispatched it
+    assert outputs(result(traces=TRACES))[0].extra_fields["min_global_steps"] == 3  # ROW's global_steps
+
+
+async def test_the_loop_reports_the_step_verl_synced_before_running_a_sample(fake_client, monkeypatch):
+    fake_client(result(traces=TRACES))
+    reported: list[tuple[int, str]] = []
+    monkeypatch.setattr(
+        verl_backend,
+        "report_weight_version",
+        lambda client, version, framework: reported.append((version, framework)),
+    )
+    loop = build_loop({**LOOP_ENTRY, "experiment": EXP}, trainer_config(), tokenizer())
+    await loop.run({}, **{**ROW, "global_steps": 7})
+    assert reported == [(7, "verl")]
+
+
 def test_router_replay_without_routing_from_the_server_names_the_server_flag():
     with pytest.raises(RoutingUnavailableError, match="--enable-return-routed-experts"):
         outputs(result(traces=TRACES), routing_replay=True)
@@ -228,6 +254,7 @@ class _FakeClient:
     """Resolves every rollout at once with a prepared result (the local stack does this for real in e2e)."""
 
     poll_settings = PollSettings()
+    gateway_url = None  # no gateway: nothing to register or report
 
     def __init__(self, res: ClientResult | list[ClientResult]) -> None:
         self.results = res if isinstance(res, list) else None

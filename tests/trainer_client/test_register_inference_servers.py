@@ -18,6 +18,7 @@ from trainer_client.backends import _workers  # noqa: E402
 from trainer_client.backends._workers import (  # noqa: E402
     GatewayWorkersError,
     register_inference_servers,
+    report_weight_version,
     worker_urls,
 )
 from trainer_client.gateway import create_settled_app  # noqa: E402
@@ -29,6 +30,7 @@ STAND_IN = "http://127.0.0.1:9/v1"
 @pytest.fixture(autouse=True)
 def forget_registrations(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_workers, "_registered", set())
+    monkeypatch.setattr(_workers, "_reported", {})
 
 
 @pytest.fixture
@@ -98,3 +100,16 @@ def test_a_gateway_that_does_not_answer_is_named_with_what_to_do() -> None:
         pytest.raises(GatewayWorkersError, match=r"http://gw:9090 did not answer.*python -m trainer_client.gateway"),
     ):
         register_inference_servers(client("http://gw:9090"), ["http://10.0.0.5:41001/v1"], framework="verl", http=http)
+
+
+def test_a_weight_version_is_told_once_per_new_version_and_traces_then_record_it(gateway: TestClient) -> None:
+    # GIVEN a gateway and two workers of one trainer process reporting the step each sample comes from
+    calls: list[str] = []
+    gateway.event_hooks["request"].append(lambda request: calls.append(request.url.path))
+    # WHEN they report steps 1, 1, 2 and an old 1 again
+    told = [report_weight_version(client(), step, framework="verl", http=gateway) for step in (1, 1, 2, 1)]
+    # THEN only the newer versions reached the gateway, which now holds 2
+    assert told == [True, False, True, False] and calls == ["/admin/weight_version"] * 2
+    assert gateway.get("/admin/weight_version").json() == {"weight_version": 2}
+    # AND a client without a gateway has nothing to tell
+    assert report_weight_version(client(None), 3, framework="verl") is False

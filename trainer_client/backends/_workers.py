@@ -9,6 +9,10 @@ previous run's servers, the stand-in model the local stack starts with), so ever
 current weights. Each adapter calls it from the process that knows the addresses, when they are known; a
 second call with the same addresses from the same process costs nothing.
 
+The same admin API takes the weight version the servers hold (:func:`report_weight_version`, ``POST
+/admin/weight_version``): each adapter reports it from its weight-sync point, and every trace then records the
+version that served it, so staleness is measured, not assumed.
+
 Why register rather than host a gateway beside each server (ART's loops do that): the agents in ACR reach one
 published URL per experiment, and the trainer reads every rollout's traces from the same place (decision in
 docs/decisions.md).
@@ -27,17 +31,20 @@ if TYPE_CHECKING:
 
     from trainer_client._client import RolloutClient
 
-__all__ = ["GatewayWorkersError", "register_inference_servers", "worker_urls"]
+__all__ = ["GatewayWorkersError", "register_inference_servers", "report_weight_version", "worker_urls"]
 
 logger = logging.getLogger("trainer_client.backends")
 
 #: The gateway's admin route for its workers (rllm-model-gateway 0.1.0 and later).
 WORKERS_PATH = "/admin/workers"
+#: The gateway's admin route for the servers' weight version (``trainer_client.gateway``; rLLM's gateway's too).
+WEIGHT_VERSION_PATH = "/admin/weight_version"
 #: Seconds each admin call may take.
 ADMIN_TIMEOUT_S = 30.0
 
 _lock = threading.Lock()
 _registered: set[tuple[str, tuple[str, ...]]] = set()
+_reported: dict[str, int] = {}
 
 
 class GatewayWorkersError(RuntimeError):
@@ -86,6 +93,42 @@ def register_inference_servers(
         _sync_workers(key[0], wanted, framework, http)
         _registered.add(key)
     logger.info("token gateway %s now sends model calls to %s's servers: %s", gateway, framework, ", ".join(wanted))
+
+
+def report_weight_version(
+    client: RolloutClient, version: int, *, framework: str, http: httpx.Client | None = None
+) -> bool:
+    """Tell the gateway at ``client.gateway_url`` that the servers now hold weights ``version``.
+
+    Only a version newer than the last this process reported is sent (many workers report the same step), so
+    call it freely from a per-sample hook. A client without a gateway has nothing to tell.
+
+    Returns:
+        Whether the gateway was told.
+
+    Raises:
+        GatewayWorkersError: the gateway did not answer or refused.
+    """
+    import httpx
+
+    gateway = (client.gateway_url or "").rstrip("/")
+    if not gateway:
+        return False
+    with _lock:
+        if _reported.get(gateway, -1) >= version:
+            return False
+        try:
+            with contextlib.nullcontext(http) if http is not None else httpx.Client(timeout=ADMIN_TIMEOUT_S) as http:
+                http.post(gateway + WEIGHT_VERSION_PATH, json={"weight_version": version}).raise_for_status()
+        except httpx.HTTPError as exc:
+            raise GatewayWorkersError(
+                f"the token gateway at {gateway} did not take weight version {version} from {framework} "
+                f"({type(exc).__name__}: {exc}); traces would record a stale version: is it `python -m "
+                "trainer_client.gateway`?"
+            ) from exc
+        _reported[gateway] = version
+    logger.info("token gateway %s: %s's servers hold weight version %d", gateway, framework, version)
+    return True
 
 
 def _sync_workers(gateway: str, wanted: Sequence[str], framework: str, http: httpx.Client | None) -> None:

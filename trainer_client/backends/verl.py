@@ -9,8 +9,11 @@ gateway's token traces (:mod:`trainer_client.backends.assembly`): prompt ids, re
 A rollout whose calls break the token prefix gives one output per row (a list, as verl's V1 trainer,
 ``trainer.use_v1=true``, accepts); with the legacy trainer only the last row is returned. Every output's
 ``extra_fields`` carries ``min_global_steps`` / ``max_global_steps`` (the weight versions V1's staleness
-metrics read as ints): the row's ``global_steps``, the step that dispatched it, since the model calls go
-through the gateway rather than verl's server manager, which would tag the version that served each turn.
+metrics and off-policy filters read as ints): the oldest and newest weight version that served the rollout's
+model calls, as the gateway recorded them. The loop tells the gateway the version verl's servers hold: a
+sample of step ``global_steps`` runs after verl synced that step's weights, so the first sample of a newer step
+a worker sees reports it (once per process). A rollout whose traces carry no version falls back to its
+dispatching step.
 
 Sampling parameters: verl's dict (``temperature``, ``top_p``, ``top_k``, ``repetition_penalty``,
 ``logprobs`` from ``actor_rollout_ref.rollout``, ``val_kwargs`` when validating) is forwarded unchanged as
@@ -59,7 +62,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S
 from trainer_client._exceptions import RolloutError
 from trainer_client.backends._shared import RolloutOutcome, load_function, run_rollout, shared_client
-from trainer_client.backends._workers import register_inference_servers
+from trainer_client.backends._workers import register_inference_servers, report_weight_version
 from trainer_client.backends.assembly import TokenRow, assemble_rows
 
 __all__ = [
@@ -175,6 +178,8 @@ class AgentCoreAgentLoop(AgentLoopBase):
         """Run the row as one rollout in group ``kwargs["uid"]`` and return its outputs."""
         if self.register_servers:
             await self._register_servers()
+        if "global_steps" in kwargs:
+            await asyncio.to_thread(report_weight_version, self.client, int(kwargs["global_steps"]), framework="verl")
         outcome = await run_rollout(
             self.client,
             self.payload_fn(kwargs),
@@ -243,7 +248,8 @@ def to_outputs(
     Args:
         outcome: how the rollout ended.
         policy: what a rollout that did not succeed becomes (``raise`` is the caller's).
-        global_steps: the trainer step that dispatched the rollout (its weight version, both ends).
+        global_steps: the trainer step that dispatched the rollout (the weight version of a rollout whose traces
+            record none).
         prompt_ids: the row's prompt ids, for the placeholder (called only when there are no traces).
         pad_token_id: the placeholder's one masked response token.
         max_prompt_length: verl's ``rollout.prompt_length``.
@@ -264,6 +270,8 @@ def to_outputs(
     if not rows:
         rows, masked = [TokenRow(prompt_ids=prompt_ids())], True
     reward = outcome.result.reward if outcome.succeeded and outcome.result is not None else 0.0
+    versions = [trace.weight_version for trace in outcome.token_traces if trace.weight_version is not None]
+    oldest, newest = (min(versions), max(versions)) if versions else (global_steps, global_steps)
     outputs = []
     traces = outcome.token_traces
     for row in rows:
@@ -293,8 +301,8 @@ def to_outputs(
                     "rollout_error": outcome.error or "",
                     "finish_reason": row.finish_reason or "",
                     "truncated": row.truncated,
-                    "min_global_steps": global_steps,
-                    "max_global_steps": global_steps,
+                    "min_global_steps": oldest,
+                    "max_global_steps": newest,
                 },
             )
         )
