@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["RoutedExperts", "RoutingFormatError", "routing_of_choice"]
+__all__ = ["RoutedExperts", "RoutingFormatError", "RoutingUnavailableError", "routing_of_choice"]
 
 #: Unsigned element types by the largest expert id they hold, smallest first (``array`` type codes).
 _TYPES: tuple[tuple[Literal["uint8", "uint16", "uint32"], str, int], ...] = (
@@ -39,6 +39,18 @@ _NUMPY_TYPES = {"uint8": "B", "int8": "b", "uint16": "H", "int16": "h", "int32":
 
 class RoutingFormatError(ValueError):
     """A server's routing could not be read (a ragged array, a wrong size, an unknown type)."""
+
+
+class RoutingUnavailableError(RuntimeError):
+    """A framework asks for router replay and a rollout's model calls came back without per-token routing."""
+
+    def __init__(self, session_id: str, setting: str) -> None:
+        super().__init__(
+            f"{setting} is on, but the model calls of rollout {session_id} came back without per-token expert "
+            "routing: serve the policy with routing returned (vLLM >= 0.22 or SGLang, each with "
+            "--enable-return-routed-experts) behind `python -m trainer_client.gateway`, which keeps it in the "
+            f"traces, or turn {setting} off"
+        )
 
 
 class RoutedExperts(BaseModel):
@@ -138,6 +150,16 @@ class RoutedExperts(BaseModel):
 
         flat = np.frombuffer(base64.b64decode(self.data), dtype=np.dtype(self.dtype).newbyteorder("<"))
         return flat.reshape(self.tokens, self.layers, self.top_k)
+
+    def padded(self, rows: int) -> Any:
+        """A ``(rows, layers, top_k)`` numpy array: the first ``rows`` rows, zeros past the recorded ones (a
+        server records none for the very last token; replay masks zero rows out)."""
+        import numpy as np
+
+        out = np.zeros((rows, self.layers, self.top_k), dtype=np.int32)
+        kept = min(rows, self.tokens)
+        out[:kept] = self.numpy()[:kept]
+        return out
 
     def window(self, start: int, length: int) -> RoutedExperts:
         """Rows ``start .. start + length`` (positions past the recorded rows are left out)."""

@@ -34,6 +34,7 @@ from rollout_contract import DispatchRequest, ErrorInfo, RolloutResult, Status, 
 from trainer_client import RolloutClient, TraceSettings  # noqa: E402
 from trainer_client.backends import _shared  # noqa: E402
 from trainer_client.backends import slime as backend_slime  # noqa: E402
+from trainer_client.routing import RoutedExperts, RoutingUnavailableError  # noqa: E402
 
 GATEWAY = "http://gateway.test:9000"
 #: Traces by name: two calls that break the prefix (two rows), two that extend it (one row), one call cut on
@@ -52,6 +53,23 @@ TRACES: dict[str, list[dict[str, Any]]] = {
     ],
     "none": [],
 }
+
+
+def _route(token: int, position: int) -> list[list[int]]:
+    """A 2-layer top-2 router: what a MoE server returns for ``token`` at ``position``."""
+    return [[(token + position) % 8, (3 * token + layer) % 8] for layer in range(2)]
+
+
+def _served(trace: dict[str, Any], version: int) -> dict[str, Any]:
+    """``trace`` as our gateway records it from a MoE server at weight ``version``."""
+    fed = (trace["prompt_token_ids"] + trace["completion_token_ids"])[:-1]
+    routing = RoutedExperts.from_nested([_route(token, i) for i, token in enumerate(fed)])
+    return {**trace, "metadata": {"weight_version": version, "routed_experts": routing.model_dump()}}
+
+
+#: The two-row rollout served by a MoE policy whose weights were pushed between its calls (versions 3, then 4).
+TRACES["two_rows_moe"] = [_served(trace, version) for trace, version in zip(TRACES["two_rows"], (3, 4), strict=True)]
+TRACES["one_row_moe"] = [_served(trace, 4) for trace in TRACES["one_row"]]
 
 
 class _Agents(Backend):
@@ -100,6 +118,7 @@ def _agents(experiment: str, model_id: str | None = None) -> _Agents:
 @pytest.fixture
 def readme_agents(monkeypatch) -> Any:
     monkeypatch.chdir(REPO)  # the README's relative --custom-config-path
+    monkeypatch.setattr(backend_slime._workers, "report_weight_version", lambda client, version, framework: False)
     config = yaml.safe_load((SLIME_COMMAND.parent / "slime_agentcore.yaml").read_text())
     yield _agents(config["agentcore_experiment"], model_id=config["agentcore_model_id"])
     _shared.close_shared_clients()
@@ -108,7 +127,13 @@ def readme_agents(monkeypatch) -> Any:
 @pytest.fixture
 def agents(monkeypatch) -> Any:
     monkeypatch.chdir(REPO)
-    yield _agents("slime-unit")
+    reported: list[int] = []
+    monkeypatch.setattr(
+        backend_slime._workers, "report_weight_version", lambda client, version, framework: reported.append(version)
+    )
+    backend = _agents("slime-unit")
+    backend.reported_versions = reported
+    yield backend
     _shared.close_shared_clients()
 
 
@@ -455,6 +480,37 @@ def test_slimes_router_becomes_the_gateways_worker_unless_turned_off(tmp_path, a
     backend_slime.generate_rollout(args, 2, manager.data_source)
     thread.join(10)
     assert len(registered) == 1
+
+
+def test_router_replay_hands_slime_each_rows_routing_and_staleness_comes_from_the_traces(tmp_path, agents):
+    # GIVEN slime's R3 replay on, and a group served by a MoE policy whose weights moved during one rollout
+    rows = [_scripted(("succeeded", "two_rows_moe", 1.0), ("succeeded", "one_row_moe", 0.0))]
+    args = slime_args(tmp_path, rows, "--use-rollout-routing-replay", config=_unit_config())
+    manager = rollout_manager(args)
+    thread = agents.serve_in_thread(2)
+    # WHEN step 5 runs
+    output = backend_slime.generate_rollout(args, 5, manager.data_source)
+    thread.join(10)
+    # THEN the gateway was told the step's weight version
+    assert agents.reported_versions == [5]
+    samples = [sample for group in output.samples for rollout in group for sample in rollout]
+    assert len(samples) == 3
+    for sample in samples:
+        # every row carries the routing of every token slime feeds but the last, as the server routed them
+        assert sample.rollout_routed_experts.tolist() == [_route(t, i) for i, t in enumerate(sample.tokens)][:-1]
+    # AND each row lists the versions that served its calls; the step's staleness is 5 - 3 and 5 - 4
+    assert sorted(tuple(sample.weight_versions) for sample in samples) == [("3",), ("4",), ("4", "4")]
+    assert (output.metrics["agentcore/staleness_p50"], output.metrics["agentcore/staleness_max"]) == (1.5, 2)
+
+
+def test_router_replay_without_routing_from_the_server_names_the_server_flag(tmp_path, agents):
+    rows = [_scripted(("succeeded", "one_row", 1.0), ("succeeded", "one_row", 0.0))]
+    args = slime_args(tmp_path, rows, "--use-rollout-routing-replay", config=_unit_config())
+    manager = rollout_manager(args)
+    thread = agents.serve_in_thread(2)
+    with pytest.raises(RoutingUnavailableError, match="--use-rollout-routing-replay is on.*--enable-return-routed"):
+        backend_slime.generate_rollout(args, 0, manager.data_source)
+    thread.join(10)
 
 
 def test_settings_say_what_is_missing_and_evaluation_says_what_to_use_instead(tmp_path):

@@ -48,7 +48,6 @@ with warnings.catch_warnings():  # verl and Ray warn at import about their own d
         AgentCoreAgentLoop,
         FailurePolicy,
         RolloutFailedError,
-        RoutingUnavailableError,
         default_payload,
         to_outputs,
     )
@@ -57,7 +56,7 @@ from rollout_contract import ErrorInfo, ResultKey, Status, Timings
 from trainer_client import ClientResult, PollSettings, TokenTrace
 from trainer_client._future import RolloutFuture
 from trainer_client.backends import _shared
-from trainer_client.routing import RoutedExperts
+from trainer_client.routing import RoutedExperts, RoutingUnavailableError
 
 EXP = "verl-unit"
 PROMPT_LENGTH = RESPONSE_LENGTH = 512  # verl's defaults (actor_rollout_ref.rollout.prompt_length / response_length)
@@ -172,7 +171,9 @@ async def test_the_loop_reports_the_step_verl_synced_before_running_a_sample(fak
 
 
 def test_router_replay_without_routing_from_the_server_names_the_server_flag():
-    with pytest.raises(RoutingUnavailableError, match="--enable-return-routed-experts"):
+    with pytest.raises(
+        RoutingUnavailableError, match="enable_rollout_routing_replay is on.*--enable-return-routed-experts"
+    ):
         outputs(result(traces=TRACES), routing_replay=True)
 
 

@@ -45,6 +45,7 @@ ADMIN_TIMEOUT_S = 30.0
 _lock = threading.Lock()
 _registered: set[tuple[str, tuple[str, ...]]] = set()
 _reported: dict[str, int] = {}
+_version_refused: set[str] = set()
 
 
 class GatewayWorkersError(RuntimeError):
@@ -101,13 +102,12 @@ def report_weight_version(
     """Tell the gateway at ``client.gateway_url`` that the servers now hold weights ``version``.
 
     Only a version newer than the last this process reported is sent (many workers report the same step), so
-    call it freely from a per-sample hook. A client without a gateway has nothing to tell.
+    call it freely from a per-sample hook. A gateway that does not take it (a plain rllm-model-gateway 0.1.0 has
+    no such route) is warned about once and training goes on: its traces then carry no version, and the adapters
+    fall back to the dispatching step.
 
     Returns:
-        Whether the gateway was told.
-
-    Raises:
-        GatewayWorkersError: the gateway did not answer or refused.
+        Whether the gateway took it.
     """
     import httpx
 
@@ -117,16 +117,24 @@ def report_weight_version(
     with _lock:
         if _reported.get(gateway, -1) >= version:
             return False
+        _reported[gateway] = version
         try:
             with contextlib.nullcontext(http) if http is not None else httpx.Client(timeout=ADMIN_TIMEOUT_S) as http:
                 http.post(gateway + WEIGHT_VERSION_PATH, json={"weight_version": version}).raise_for_status()
         except httpx.HTTPError as exc:
-            raise GatewayWorkersError(
-                f"the token gateway at {gateway} did not take weight version {version} from {framework} "
-                f"({type(exc).__name__}: {exc}); traces would record a stale version: is it `python -m "
-                "trainer_client.gateway`?"
-            ) from exc
-        _reported[gateway] = version
+            if gateway not in _version_refused:
+                _version_refused.add(gateway)
+                logger.warning(
+                    "the token gateway at %s did not take weight version %d from %s (%s: %s): its traces record no "
+                    "weight version, so staleness falls back to the dispatching step; run `python -m "
+                    "trainer_client.gateway`",
+                    gateway,
+                    version,
+                    framework,
+                    type(exc).__name__,
+                    exc,
+                )
+            return False
     logger.info("token gateway %s: %s's servers hold weight version %d", gateway, framework, version)
     return True
 

@@ -47,6 +47,15 @@ Each step's ``RolloutFnTrainOutput.metrics`` (slime logs them with its rollout m
 status and ``agentcore/sampled_tokens`` (completion tokens of every model call), ``agentcore/trained_tokens``
 (loss-mask 1 tokens of samples slime trains on) and ``agentcore/rows``; the module logger logs the same.
 
+Weight versions: slime syncs its servers' weights before each rollout step, so :func:`generate_rollout` tells the
+gateway the step's ``rollout_id`` as the version they hold (``_workers.report_weight_version``); every trace then
+records the version that served its call, each row's ``weight_versions`` lists its calls' versions, and the
+step's metrics add ``agentcore/staleness_p50`` / ``agentcore/staleness_max``: ``rollout_id`` minus the oldest
+version that served each rollout. Router replay (``--use-rollout-routing-replay``): each row's
+``rollout_routed_experts`` is the routing the server returned for its tokens (``(len(tokens) - 1, layers,
+top_k)``, every token but the last); a rollout whose calls came back without routing fails the step, naming the
+server flag to turn on.
+
 Inference servers: the agents call the experiment's token gateway, which must send their calls to slime's
 SGLang servers. At each hook call (the first one does the work) the router slime starts,
 ``http://{sglang_router_ip}:{sglang_router_port}/v1``, is registered as the gateway's only worker
@@ -93,6 +102,7 @@ from trainer_client.backends._shared import (
     shared_client,
 )
 from trainer_client.backends.assembly import assemble_rows
+from trainer_client.routing import RoutingUnavailableError
 
 __all__ = [
     "SlimeSettings",
@@ -208,11 +218,18 @@ def rollout_samples(
     max_prompt_length: int | None,
     max_response_length: int | None,
     missing_reward: float | None,
+    routing_replay: bool = False,
 ) -> list[Sample]:
     """One rollout's samples, one per token row, from its prompt ``sample`` (see the module docstring).
 
     ``sample`` itself becomes the first; the others are copies of it. ``missing_reward`` is the reward of a
-    succeeded rollout whose agent returned none (``None`` leaves it to slime's reward model).
+    succeeded rollout whose agent returned none (``None`` leaves it to slime's reward model). Each row's
+    ``weight_versions`` are those the gateway recorded for its calls; with ``routing_replay`` (slime's
+    ``--use-rollout-routing-replay``) its ``rollout_routed_experts`` are the routing of every token of
+    ``tokens`` but the last, ``(len(tokens) - 1, layers, top_k)``, as slime's R3 replay reads them.
+
+    Raises:
+        RoutingUnavailableError: ``routing_replay`` and a row's calls came back without routing.
     """
     rows = assemble_rows(
         outcome.token_traces, max_prompt_length=max_prompt_length, max_response_length=max_response_length
@@ -230,10 +247,17 @@ def rollout_samples(
         response = outcome.result.user_fields.get("response") if outcome.result is not None else None
         answer = response if isinstance(response, str) else ""
     samples = [sample] + [copy.deepcopy(sample) for _ in rows[1:]]
+    traces = outcome.token_traces
     for index, (row_sample, row) in enumerate(zip(samples, rows, strict=True)):
+        calls, traces = traces[: row.num_calls], traces[row.num_calls :]
         row_sample.metadata["agentcore"] = {**agentcore, "row": index}
         response_ids = row.response_ids or [settings.pad_token_id]
         row_sample.tokens = row.prompt_ids + response_ids
+        row_sample.weight_versions = [str(call.weight_version) for call in calls if call.weight_version is not None]
+        if routing_replay:
+            if row.routed_experts is None:
+                raise RoutingUnavailableError(outcome.session_id, "--use-rollout-routing-replay")
+            row_sample.rollout_routed_experts = row.routed_experts.padded(len(row_sample.tokens) - 1)
         row_sample.response_length = len(response_ids)
         row_sample.loss_mask = row.response_mask if row.response_ids else [0]
         row_sample.rollout_log_probs = None if row.response_logprobs is None else (row.response_logprobs or [0.0])
@@ -353,6 +377,7 @@ async def generate(
         max_prompt_length=getattr(args, "rollout_max_prompt_len", None),
         max_response_length=getattr(args, "rollout_max_response_len", None),
         missing_reward=None,
+        routing_replay=bool(getattr(args, "use_rollout_routing_replay", False)),
     )
     if evaluation:
         return samples[-1:]
@@ -378,6 +403,7 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
         )
     settings = SlimeSettings.from_args(args)
     _register_router(args, settings)
+    _workers.report_weight_version(settings.client(), rollout_id, framework="slime")
     size = int(args.n_samples_per_prompt)
     groups: list[list[Sample]] = sorted(
         data_source.get_samples(int(args.rollout_batch_size)), key=lambda group: group[0].index
@@ -394,6 +420,7 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
     }
     statuses: Counter[str] = Counter()
     sampled = 0
+    lags: list[int] = []  # per rollout: this step's weight version minus the oldest that served it
     for rollout_group in settings.client().run_groups(
         [settings.payload(group[0]) for group in by_id.values()],
         samples_per_prompt=size,
@@ -414,7 +441,11 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
                 max_prompt_length=getattr(args, "rollout_max_prompt_len", None),
                 max_response_length=getattr(args, "rollout_max_response_len", None),
                 missing_reward=0.0,
+                routing_replay=bool(getattr(args, "use_rollout_routing_replay", False)),
             )
+            versions = [trace.weight_version for trace in outcome.token_traces if trace.weight_version is not None]
+            if versions:
+                lags.append(rollout_id - min(versions))
     ordered = [rollouts[id(sample)] for group in groups for sample in group]
     samples = [sample for rollout in ordered for sample in rollout]
     rows = sum(sample.metadata["agentcore"]["rows"] for sample in samples if sample.metadata["agentcore"]["row"] == 0)
@@ -433,6 +464,8 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
     _refuse_rows_without_our_normalisation(args, len(samples) + filled, len(ordered))
     metrics: dict[str, Any] = {f"agentcore/{status}": count for status, count in statuses.items()}
     metrics |= {"agentcore/sampled_tokens": sampled, "agentcore/trained_tokens": trained, "agentcore/rows": rows}
+    if lags:
+        metrics |= {"agentcore/staleness_p50": statistics.median(lags), "agentcore/staleness_max": max(lags)}
     logger.info(
         "slime rollout %d: %s; %d rows, %d sampled tokens, %d trained (%d micro-batch padding samples)",
         rollout_id,

@@ -64,13 +64,13 @@ from trainer_client._exceptions import RolloutError
 from trainer_client.backends._shared import RolloutOutcome, load_function, run_rollout, shared_client
 from trainer_client.backends._workers import register_inference_servers, report_weight_version
 from trainer_client.backends.assembly import TokenRow, assemble_rows
+from trainer_client.routing import RoutingUnavailableError
 
 __all__ = [
     "LEGACY_TRAINER_WARNING",
     "AgentCoreAgentLoop",
     "FailurePolicy",
     "RolloutFailedError",
-    "RoutingUnavailableError",
     "count_tokens",
     "default_payload",
     "to_outputs",
@@ -101,19 +101,6 @@ class FailurePolicy(StrEnum):
 
 class RolloutFailedError(RolloutError):
     """A rollout did not succeed and the failure policy is ``raise``."""
-
-
-class RoutingUnavailableError(RolloutError):
-    """verl asks for router replay and a rollout's model calls came back without per-token routing."""
-
-
-#: What to do when router replay is asked for and the server returns no routing.
-ROUTING_HELP = (
-    "actor_rollout_ref.rollout.enable_rollout_routing_replay is on, but the model calls of rollout {session} came "
-    "back without per-token expert routing: serve the policy with routing returned (vLLM >= 0.22 with "
-    "--enable-return-routed-experts, which verl sets on its own rollout servers; SGLang with "
-    "--enable-return-routed-experts) behind `python -m trainer_client.gateway`, which keeps it, or turn replay off"
-)
 
 
 def default_payload(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -276,7 +263,7 @@ def to_outputs(
     traces = outcome.token_traces
     for row in rows:
         if routing_replay and row.num_calls and row.routed_experts is None:
-            raise RoutingUnavailableError(ROUTING_HELP.format(session=outcome.session_id))
+            raise RoutingUnavailableError(outcome.session_id, "actor_rollout_ref.rollout.enable_rollout_routing_replay")
         calls, traces = traces[: row.num_calls], traces[row.num_calls :]
         response_ids = row.response_ids or [pad_token_id]
         logprobs = row.response_logprobs
