@@ -33,7 +33,6 @@ TESTS = Path(__file__).parents[1]
 sys.path[:0] = [
     str(Path(__file__).parent),
     str(TESTS / "backends"),
-    str(TESTS / "stand_ins" / "slime"),
     str(TESTS / "stand_ins" / "rllm"),
 ]
 
@@ -48,8 +47,7 @@ from agentcore_rl_toolkit.aws_tools.persistent_dict import NullPersister, Persis
 from agentcore_rl_toolkit.rollout_session.factory import make_session  # noqa: E402
 from backends_e2e import shared_test_client  # noqa: E402
 from rllm_engine import run_one  # noqa: E402
-from slime.ray.rollout import RolloutManager  # noqa: E402
-from slime_support import README_EXPERIMENT, REPO, slime_args  # noqa: E402
+from slime_support import README_EXPERIMENT, REPO, rollout_manager, slime_args  # noqa: E402
 
 from examples.math_agent.dataset import synthetic  # noqa: E402
 from examples.math_agent.local import MATH_AGENT  # noqa: E402
@@ -121,10 +119,11 @@ def test_slimes_default_sampling_through_its_rollout_manager(new_results, tmp_pa
     args = slime_args(tmp_path, [{"prompt": p["prompt"], "answer": p["answer"]} for p in PROBLEMS])
     args.agentcore_rollout_timeout_s = 120
     # WHEN slime runs a step and converts it to training data
-    train_data, metrics = RolloutManager(args).generate(0)
-    # THEN every rollout succeeded with slime's defaults as sent, and slime trains on all four samples
+    train_data, metrics = rollout_manager(args).generate(0)
+    # THEN every rollout succeeded with slime's defaults as sent, and slime trains on every token they sampled
     results = new_results()
-    assert metrics == {"agentcore/succeeded": 4} and [result.status.value for result in results] == ["succeeded"] * 4
+    assert metrics["agentcore/succeeded"] == 4 and [result.status.value for result in results] == ["succeeded"] * 4
+    assert metrics["agentcore/trained_tokens"] == metrics["agentcore/sampled_tokens"] > 0
     assert results[0].payload["_rollout"]["sampling_params"] == {"temperature": 1.0, "top_p": 1.0, "top_k": -1}
     assert all(sum(mask) > 0 for mask in train_data["loss_masks"])
 
@@ -134,11 +133,25 @@ async def test_rllms_unified_trainer_and_arts_loops_forward_no_sampling(new_resu
     from hydra import compose, initialize_config_module
     from rllm.trainer.unified_trainer import UnifiedTrainer
 
+    class NoTrainingBackend:
+        """What rLLM's UnifiedTrainer asks of a backend before it picks its remote runtime; trains nothing."""
+
+        def __init__(self, config: Any, **kwargs: Any) -> None:
+            self.config = config
+
+        def validate_config(self) -> None:
+            pass
+
+        def init_rollout_engine(self, **kwargs: Any) -> None:
+            return None
+
     backend_rllm.install()
+    host, port = str(stack.gateway_url).removeprefix("http://").split(":")
     overrides = [arg for arg in shlex.split((BACKENDS / "rllm.sh").read_text()) if "=" in arg]
+    overrides += [f"rllm.gateway.host={host}", f"rllm.gateway.port={port}"]  # the stack's gateway as rLLM's
     with initialize_config_module(config_module="rllm.trainer.config", version_base=None):
-        trainer = UnifiedTrainer(compose(config_name="unified", overrides=overrides))
-    await trainer.fit_async()
+        trainer = UnifiedTrainer(NoTrainingBackend, compose(config_name="unified", overrides=overrides))
+    trainer._remote_runtime.initialize()  # what fit_async does first
     art_backend = yaml.safe_load((BACKENDS / "art_rollout_session.yaml").read_text())["rollout_session_backend"]
     session_url = lambda sid: f"{stack.gateway_url}/sessions/{sid}/v1"  # noqa: E731
 
@@ -154,8 +167,8 @@ async def test_rllms_unified_trainer_and_arts_loops_forward_no_sampling(new_resu
     tasks = [{"prompt": p["prompt"], "answer": p["answer"]} for p in PROBLEMS]
     try:
         # WHEN rLLM's engine and ART's loop run a prompt each
-        (rllm_result, _), art_dump = await asyncio.gather(
-            run_one(trainer._remote_runtime, tasks[0], "rllm-0", session_url, 120), art_verl_loop(tasks[1])
+        (rllm_result, _, _), art_dump = await asyncio.gather(
+            run_one(trainer._remote_runtime, trainer._gateway, tasks[0], "rllm-0", 120), art_verl_loop(tasks[1])
         )
     finally:
         trainer.shutdown()
