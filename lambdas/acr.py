@@ -125,15 +125,26 @@ class Acr:
             _pending_slot.reset(token)
         return answer
 
-    def stop(self, session_id: str) -> bool:
-        """Stop ``session_id``; ``False`` when ACR has no such session (never started, or already gone).
+    def reserve_stop(self) -> float:
+        """Reserve a stop's slot (any within ``max_wait_s``: ahead of every invoke not yet reserved); its start.
+
+        Raises:
+            NoTokenError: every slot within ``max_wait_s`` is taken.
+        """
+        return self.tps.reserve(horizon_s=self.max_wait_s)
+
+    def stop(self, session_id: str, *, slot_start: float | None = None) -> bool:
+        """Stop ``session_id`` in the slot reserved at ``slot_start`` (:meth:`reserve_stop`; ``None``: reserve now).
+
+        Returns ``False`` when ACR has no such session (never started, or already gone).
 
         Raises:
             NoTokenError: no budget slot frees up within the wait allowed.
             RetryableAcrError: the stop may succeed later.
             FinalAcrError: it cannot.
         """
-        token = _pending_slot.set((self.tps, self.tps.reserve(horizon_s=self.max_wait_s), self.max_wait_s, 0.0))
+        start = self.reserve_stop() if slot_start is None else slot_start
+        token = _pending_slot.set((self.tps, start, self.max_wait_s, 0.0))
         try:
             self._client.stop_runtime_session(**self._target, runtimeSessionId=session_id)
         except (ClientError, BotoCoreError) as exc:

@@ -1,10 +1,17 @@
-"""The one way a rollout becomes finished: stop its session, mark it finished, free its slot, count it.
+"""The one way a rollout becomes finished: mark it finished, free its slot, stop its session, count it.
 
-Used by the finisher (on every result event) and the sweeper (at the deadline). The session is stopped
-before the transition, so whoever finishes a rollout has also stopped it, and a later event for a
-finished rollout (a duplicate, or the sweeper's own ``timed_out`` result) changes nothing in the tables:
-its stop finds no session, and the transition's failed condition says the rollout was finished already.
-No read comes first: on the happy path a finish costs the stop's token and one transaction.
+Used by the finisher (on every result event) and the sweeper (at the deadline). When the agent stored its
+result (``succeeded``, ``agent_error``) its work is done, and its session slot is freed at once, not when its
+stop comes back: the stop's invoke-budget token is reserved first, then the transition frees the slot, then
+the stop goes out in its token's slot. So the invoke that the freed slot lets in takes a later token than the
+stop, and a stop that waits for its token (stops share the budget with invokes) or fails holds no slot
+meanwhile; a failed stop raises after the transition, the event comes back, its transition finds the rollout
+finished already and the stop is tried again (ACR's idle timeout ends an idle session that is never stopped).
+When the agent may still be running (``timed_out``, ``cancelled``) the session is stopped before the
+transition, so its slot is held until the session is gone and a rollout the sweeper cannot stop stays in
+flight (``RolloutsOverdue``). A later event for a finished rollout (a duplicate, or the sweeper's own
+``timed_out`` result) changes nothing in the tables: its stop finds no session. No read comes first: on the
+happy path a finish costs the stop's token and one transaction.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from lambdas.exceptions import FinalAcrError
+from lambdas.exceptions import FinalAcrError, NoTokenError
 from lambdas.ledger import Transition
 from lambdas.observability import add_metric, emit_with_dimensions, logger
 from rollout_contract import metrics as names
@@ -30,30 +37,62 @@ if TYPE_CHECKING:
 DEADLINE_EXCEEDED = "DeadlineExceeded"
 #: Statuses a rollout may end with before it ever held a session slot.
 _MAY_END_UNSTARTED = frozenset({Status.DISPATCH_FAILED, Status.CANCELLED})
+#: Statuses only the agent stores, once its work is done: its slot is freed before its session is stopped.
+AGENT_ENDED = frozenset({Status.SUCCEEDED, Status.AGENT_ERROR})
 
 
 def finish_rollout(result: RolloutResult, rt: Runtime) -> Transition:
-    """Stop the session of ``result``'s rollout (unless it never started), mark it finished, emit metrics.
+    """Mark ``result``'s rollout finished (its slot freed) and stop its session (unless it never started).
+
+    The agent's own result frees the slot before the stop, in a token reserved before the slot is freed; a
+    ``timed_out`` or ``cancelled`` one after it (see the module docstring). ``StopTokenWait`` and
+    ``SlotFreeDelay`` say how long each took.
 
     Raises:
-        NoTokenError: no invoke-budget slot for the stop call; retry later.
-        RetryableAcrError: the stop call failed in a way that may pass; retry later.
+        NoTokenError: no invoke-budget slot for the stop call; retry later (the agent's result: its slot is free).
+        RetryableAcrError: the stop call failed in a way that may pass; retry later (likewise).
     """
     session_id = result.session_id
-    if result.status is not Status.DISPATCH_FAILED:
-        stop_session(session_id, rt)
+    if result.status is Status.DISPATCH_FAILED:
+        return _finish(result, rt)
+    if result.status not in AGENT_ENDED:
+        stop_session(session_id, rt, slot_start=_reserve_stop(rt))
+        return _finish(result, rt)
+    try:
+        stop_slot = _reserve_stop(rt)
+    except NoTokenError:
+        _finish(result, rt)  # the slot is freed all the same; the event comes back for the stop
+        raise
+    transition = _finish(result, rt)
+    stop_session(session_id, rt, slot_start=stop_slot)
+    return transition
+
+
+def _reserve_stop(rt: Runtime) -> float:
+    """Reserve a stop's token and count how long it waits (``StopTokenWait``)."""
+    asked_at = rt.clock()
+    slot = rt.acr.reserve_stop()
+    add_metric(names.STOP_TOKEN_WAIT, max(0.0, slot - asked_at), MetricUnit.Seconds)
+    return slot
+
+
+def _finish(result: RolloutResult, rt: Runtime) -> Transition:
+    """The ``finish`` (or ``finish_unstarted``) move of ``result``'s rollout, logged and counted once."""
+    session_id = result.session_id
     finished_at = result.timings.finished_at or rt.clock()
     # A rollout that was invoked holds its slot until finished; only the order of the writes tried depends on it.
     holding = result.timings.dispatched_at is not None or result.status not in _MAY_END_UNSTARTED
     transition = rt.ledger.finish(result.key, status=result.status, finished_at=finished_at, holding=holding)
     if transition is Transition.ALREADY_FINISHED:
         logger.debug("rollout already finished", extra={"session_id": session_id})
-    else:
-        logger.info(
-            "rollout finished",
-            extra={"session_id": session_id, "status": result.status.value, "slot_freed": transition.value},
-        )
-        emit_completion(result)
+        return transition
+    logger.info(
+        "rollout finished",
+        extra={"session_id": session_id, "status": result.status.value, "slot_freed": transition.value},
+    )
+    if transition is Transition.RELEASED:
+        add_metric(names.SLOT_FREE_DELAY, max(0.0, rt.clock() - finished_at), MetricUnit.Seconds)
+    emit_completion(result)
     return transition
 
 
@@ -75,8 +114,9 @@ def end_sandbox(key: ResultKey, rt: Runtime) -> Transition:
     return transition
 
 
-def stop_session(session_id: str, rt: Runtime) -> None:
-    """Stop a session; a session ACR does not know is fine, a final error is logged and counted.
+def stop_session(session_id: str, rt: Runtime, *, slot_start: float | None = None) -> None:
+    """Stop a session (in the slot reserved at ``slot_start``, or one reserved now); a session ACR does not know
+    is fine, a final error is logged and counted.
 
     Every call ACR answers counts in ``SessionStops`` (stops share the invoke budget with invokes).
 
@@ -85,7 +125,7 @@ def stop_session(session_id: str, rt: Runtime) -> None:
         RetryableAcrError: the stop may pass later.
     """
     try:
-        stopped = rt.acr.stop(session_id)
+        stopped = rt.acr.stop(session_id, slot_start=slot_start)
     except FinalAcrError as exc:
         logger.error("StopRuntimeSession failed", extra={"session_id": session_id, "error_code": exc.code})
         add_metric(names.STOPS, 1)

@@ -57,6 +57,8 @@ class Move:
     slot: int
     #: The result stored with the move (``""``: none).
     result: str
+    #: When the rollout's session is stopped, relative to the move (``""``: not by this move).
+    stop: str = ""
 
     @property
     def condition(self) -> str:
@@ -151,6 +153,9 @@ FINISH = Move(
     "",
     -1,
     "the agent's; `timed_out` (sweeper); `cancelled`; `dispatch_failed` (a failed invoke); none for a sandbox",
+    "after the move when the agent stored its result (`succeeded`, `agent_error`), in an invoke token reserved "
+    "before it (a stop that fails is retried with the result's event; the slot stays free); before it when the "
+    "agent may still run (`timed_out`, `cancelled`, a sandbox); none after `dispatch_failed`",
 )
 EXPIRE = Move(
     "expire",
@@ -171,6 +176,7 @@ FINISH_UNSTARTED = Move(
     "",
     0,
     "`cancelled`; `dispatch_failed` (unusable, out of attempts, past its start limit)",
+    "before the move, for `cancelled` (a start may have raced the cancel)",
 )
 
 #: The lifecycle table: every move a rollout's item makes.
@@ -195,14 +201,14 @@ def allowed(source: SessionState | None, target: SessionState) -> bool:
 def markdown_table() -> str:
     """The lifecycle table as docs/architecture.md shows it."""
     lines = [
-        "| move | from | to | by | when | condition | slot | result stored |",
-        "|---|---|---|---|---|---|---|---|",
+        "| move | from | to | by | when | condition | slot | result stored | session stopped |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for move in MOVES:
         sources = ", ".join("(none)" if state is None else f"`{state}`" for state in move.sources)
         slot = {1: "+1 (takes)", -1: "-1 (frees)", 0: "0"}[move.slot]
         lines.append(
             f"| `{move.name}` | {sources} | `{move.target}` | {', '.join(move.movers)} | {move.when} "
-            f"| `{move.condition}` | {slot} | {move.result or 'none'} |"
+            f"| `{move.condition}` | {slot} | {move.result or 'none'} | {move.stop or 'no'} |"
         )
     return "\n".join(lines) + "\n"

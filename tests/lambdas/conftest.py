@@ -28,9 +28,11 @@ from lambdas.ledger import Recorded
 from lambdas.observability import metrics
 from lambdas.runtime import AwsClients, Runtime, current_runtime
 from rollout_contract.aws import ClientFactory
+from rollout_contract.budgets import ATTR_NEXT_AT, tps_budget_id
 from rollout_contract.messages import CancelRequest, DispatchRequest
 from rollout_contract.protocol import ERROR_TYPE_HEADER, SESSION_HEADER, AcrError
 from rollout_contract.resources import (
+    BUDGET_PARTITION_KEY,
     BUDGET_TABLE,
     ExperimentResources,
     HandlerSettings,
@@ -332,6 +334,17 @@ class CallCounter:
 def calls(env: Env) -> CallCounter:
     """Counts the DynamoDB and S3 calls of the env's runtime."""
     return CallCounter().watch(env.rt.clients.dynamodb, env.rt.clients.s3)
+
+
+def reserve_budget_ahead(env: Env, seconds: float) -> None:
+    """Make the invoke budget's next free slot start ``seconds`` from now (others reserved the ones before)."""
+    env.rt.clients.dynamodb.put_item(
+        TableName=env.rt.settings.budget_table,
+        Item={
+            BUDGET_PARTITION_KEY: {"S": tps_budget_id(env.rt.settings.runtime_arn, env.rt.settings.runtime_qualifier)},
+            ATTR_NEXT_AT: {"N": str(time.time() + seconds)},
+        },
+    )
 
 
 def sqs_event(messages: list[dict[str, Any]]) -> dict[str, Any]:

@@ -27,24 +27,24 @@ from rollout_contract.protocol import (
 from rollout_contract.resources import BUDGET_PARTITION_KEY
 from rollout_contract.results import ROLLOUT_FIELD, Status
 from rollout_contract.sessions import SessionState
-from tests.lambdas.conftest import BUCKET, EXP_ID, INVOKE, STOP, CallCounter, Env, failed_ids, punctual, sqs_event
+from tests.lambdas.conftest import (
+    BUCKET,
+    EXP_ID,
+    INVOKE,
+    STOP,
+    CallCounter,
+    Env,
+    failed_ids,
+    punctual,
+    reserve_budget_ahead,
+    sqs_event,
+)
 
 
 def send_and_receive(env: Env, *bodies: str) -> list[dict]:
     for body in bodies:
         env.rt.clients.sqs.send_message(QueueUrl=env.dispatch_queue_url, MessageBody=body)
     return env.receive(env.dispatch_queue_url)
-
-
-def reserve_budget_ahead(env: Env, seconds: float) -> None:
-    """Make the invoke budget's next free slot start ``seconds`` from now (others reserved the ones before)."""
-    env.rt.clients.dynamodb.put_item(
-        TableName=env.rt.settings.budget_table,
-        Item={
-            BUDGET_PARTITION_KEY: {"S": tps_budget_id(env.rt.settings.runtime_arn, env.rt.settings.runtime_qualifier)},
-            ATTR_NEXT_AT: {"N": str(time.time() + seconds)},
-        },
-    )
 
 
 def test_start_message_invokes_the_session_once_with_ids_and_timings(env: Env) -> None:

@@ -17,7 +17,17 @@ from rollout_contract.messages import DispatchRequest
 from rollout_contract.protocol import RESOURCE_NOT_FOUND, THROTTLING
 from rollout_contract.results import RolloutResult, Status, Timings
 from rollout_contract.sessions import SessionState
-from tests.lambdas.conftest import BUCKET, EXP_ID, STOP, CallCounter, Env, failed_ids, punctual, sqs_event
+from tests.lambdas.conftest import (
+    BUCKET,
+    EXP_ID,
+    STOP,
+    CallCounter,
+    Env,
+    failed_ids,
+    punctual,
+    reserve_budget_ahead,
+    sqs_event,
+)
 
 
 def agent_writes_result(env: Env, request: DispatchRequest, *, rewards: float = 1.0) -> RolloutResult:
@@ -78,6 +88,9 @@ def test_result_event_stops_the_session_marks_it_finished_and_frees_the_slot(
     assert measures["StartDelay"] == pytest.approx([1.0])
     # AND the stop counts against the invoke budget's metric
     assert measures["SessionStops"] == [1.0]
+    # AND the time from the result stored to the slot freed, and the stop's wait for its token, are measured
+    assert 0 <= measures["SlotFreeDelay"][0] < 5
+    assert measures["StopTokenWait"] == pytest.approx([0.0], abs=0.2)
 
 
 @pytest.mark.parametrize(
@@ -204,7 +217,7 @@ def test_session_unknown_to_acr_is_finished_anyway(env: Env) -> None:
     assert env.rt.ledger.slots_held() == (0, 0)
 
 
-def test_throttled_stop_fails_the_record_and_the_redelivery_finishes_it(env: Env) -> None:
+def test_a_throttled_stop_holds_no_slot_and_the_redelivery_stops_the_session(env: Env) -> None:
     # GIVEN a finished agent whose first stop call is throttled
     request = env.start_request()
     dispatch(request, receive_count=1, rt=env.rt)
@@ -217,12 +230,63 @@ def test_throttled_stop_fails_the_record_and_the_redelivery_finishes_it(env: Env
     held_between = env.rt.ledger.slots_held()
     second = finisher.handler(sqs_event(messages), None)
 
-    # THEN the first attempt is reported failed and keeps the slot; the second finishes the rollout
+    # THEN the first attempt frees the slot (the result is stored) and is reported failed for its stop;
+    # the redelivery stops the session and counts nothing twice
     assert failed_ids(first) == {messages[0]["MessageId"]}
-    assert held_between == (1, 1)
+    assert held_between == (0, 0)
     assert second == {"batchItemFailures": []}
+    assert [c.session_id for c in env.acr.calls_of(STOP)] == [request.session_id] * 2
     assert env.rt.ledger.get(request.session_id).state is SessionState.FINISHED
     assert env.rt.ledger.slots_held() == (0, 0)
+
+
+def test_a_stop_with_no_token_in_reach_frees_the_slot_and_fails_the_record_for_its_stop(env: Env) -> None:
+    # GIVEN a finished agent, and an invoke budget reserved beyond the stops' horizon (5 s)
+    request = env.start_request()
+    dispatch(request, receive_count=1, rt=env.rt)
+    agent_writes_result(env, request)
+    reserve_budget_ahead(env, 30)
+    messages = env.receive(env.finisher_queue_url)
+
+    # WHEN the finisher handles the event
+    response = finisher.handler(sqs_event(messages), None)
+
+    # THEN the slot is free at once, no stop went out, and the record comes back for the stop
+    assert failed_ids(response) == {messages[0]["MessageId"]}
+    assert env.rt.ledger.slots_held() == (0, 0)
+    assert env.rt.ledger.get(request.session_id).state is SessionState.FINISHED
+    assert env.acr.calls_of(STOP) == []
+
+
+def test_the_stops_token_comes_before_the_invoke_its_freed_slot_lets_in(env: Env) -> None:
+    env = punctual(env)
+    # GIVEN a running rollout whose agent wrote its result, and a dispatcher that reserves an invoke token the
+    # moment the slot is freed (a start waiting for that slot)
+    request = env.start_request()
+    dispatch(request, receive_count=1, rt=env.rt)
+    agent_writes_result(env, request)
+    slots: dict[str, float] = {}
+    acr, ledger = env.rt.acr, env.rt.ledger
+    reserve_stop, finish = acr.reserve_stop, ledger.finish
+
+    def recording_reserve_stop() -> float:
+        slots["stop"] = reserve_stop()
+        return slots["stop"]
+
+    def finish_then_admit(*args: Any, **kwargs: Any) -> Transition:
+        transition = finish(*args, **kwargs)
+        slots["invoke"] = acr.reserve_invoke()
+        return transition
+
+    acr.reserve_stop = recording_reserve_stop  # type: ignore[method-assign]
+    ledger.finish = finish_then_admit  # type: ignore[method-assign]
+
+    # WHEN the finisher handles the event
+    finisher.finish_event(env.receive(env.finisher_queue_url)[0]["Body"], env.rt)
+
+    # THEN the stop's slot is earlier than the invoke's, and the stop was sent
+    assert slots["stop"] < slots["invoke"]
+    assert [c.session_id for c in env.acr.calls_of(STOP)] == [request.session_id]
 
 
 def test_a_failed_finish_logs_its_reason_and_comes_back_within_a_minute(

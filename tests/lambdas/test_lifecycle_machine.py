@@ -5,8 +5,11 @@ ones that wait for a slot), a dispatcher that dies after admitting, invoke error
 finisher events (repeated), sweeper runs, cancels and the clock moving on. After every write to the
 sessions table each rollout's state change must be a move of ``rollout_contract.lifecycle``; after every
 step the slot count equals the rollouts holding a slot, no rollout was invoked twice and no stored result
-changed; at the end, once every message is handled and every deadline passed, each rollout is finished
-with exactly the status of its one result.
+changed; a session whose agent stored its result is stopped only once its rollout is finished (the table's
+"session stopped" column: the slot is freed when the result is stored, before the stop), and a finish of such
+a rollout whose stop fails still frees the slot;
+at the end, once every message is handled and every deadline passed, each rollout is finished with exactly the
+status of its one result and every session that was started has been stopped.
 """
 
 from __future__ import annotations
@@ -20,17 +23,17 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from lambdas.dispatcher import cancel, dispatch
-from lambdas.exceptions import RequeueError
+from lambdas.exceptions import AcrCallError, NoTokenError, RequeueError
 from lambdas.finishing import finish_rollout
 from lambdas.runtime import Runtime
 from lambdas.sweeper import sweep
 from rollout_contract.lifecycle import HOLDING_SLOT, allowed
 from rollout_contract.messages import DispatchRequest
-from rollout_contract.protocol import INTERNAL_SERVER, VALIDATION
+from rollout_contract.protocol import INTERNAL_SERVER, THROTTLING, VALIDATION
 from rollout_contract.resources import SESSIONS_PARTITION_KEY
 from rollout_contract.results import RolloutResult, Status, Timings
 from rollout_contract.sessions import ATTR_INFLIGHT, ATTR_STATE, SessionState
-from tests.lambdas.conftest import BUCKET, EXP_ID, INVOKE, Env, SteppedClock
+from tests.lambdas.conftest import BUCKET, EXP_ID, INVOKE, STOP, Env, SteppedClock
 
 #: Rollouts one run submits; the session budget (3) is smaller, so starts wait for slots.
 ROLLOUTS = 5
@@ -59,6 +62,10 @@ class Observer:
         self.states: dict[str, SessionState | None] = dict.fromkeys(session_ids)
         self.violations: list[str] = []
         self.starts: dict[str, int] = dict.fromkeys(session_ids, 0)
+        #: Stops ACR accepted, per session.
+        self.stops: dict[str, int] = dict.fromkeys(session_ids, 0)
+        #: Sessions whose agent stored the result (its work done: the slot is freed before the stop).
+        self.agent_ended: set[str] = set()
 
     def after_write(self, model: Any, **_: Any) -> None:
         if model.name in _WRITES:
@@ -143,14 +150,18 @@ class Lifecycle(RuleBasedStateMachine):
             del self.env.acr.answer
 
     def _count_invokes(self) -> None:
-        """Count the invokes ACR accepted, per session."""
+        """Count the invokes and stops ACR accepted, per session; check each stop against the table."""
         double, original = self.env.acr, type(self.env.acr).answer
-        starts = self.observer.starts
+        observer = self.observer
 
         def answer(operation: str, session_id: str, body: dict[str, Any]) -> Any:
+            state = observer.states.get(session_id, SessionState.FINISHED)
+            if operation == STOP and session_id in observer.agent_ended and state is not SessionState.FINISHED:
+                observer.violations.append(f"{session_id}: stopped while {state} although its agent's result is stored")
             error = original(double, operation, session_id, body)
-            if operation == INVOKE and error is None and session_id in starts:
-                starts[session_id] += 1
+            if error is None and session_id in observer.starts:
+                counts = observer.starts if operation == INVOKE else observer.stops
+                counts[session_id] += 1
             return error
 
         double.answer = answer  # type: ignore[method-assign]
@@ -211,14 +222,26 @@ class Lifecycle(RuleBasedStateMachine):
             result = RolloutResult.terminal(
                 status, key=rollout.request.key, s3_bucket=BUCKET, timings=Timings(finished_at=self.clock.now)
             )
-            self.rt.store.write_first(result)
+            if self.rt.store.write_first(result).written:
+                self.observer.agent_ended.add(rollout.request.session_id)
+
+    @rule(error=st.sampled_from([INTERNAL_SERVER, THROTTLING]))
+    def next_stop_fails(self, error: Any) -> None:
+        """ACR answers the next stop with an error that may pass."""
+        self.env.acr.fail_next(STOP, error)
 
     @rule(index=st.integers(0, ROLLOUTS - 1))
     def finisher_event(self, index: int) -> None:
-        """The finisher handles the event of a stored result (events repeat: any number of times)."""
+        """The finisher handles the event of a stored result (events repeat: any number of times); a failed stop
+        fails the record (it comes back), but the rollout is finished and its slot free all the same."""
         rollout = self.rollouts[index]
         if self.rt.store.exists(rollout.request.key):
-            finish_rollout(self.rt.store.read(rollout.request.key), self.rt)
+            try:
+                finish_rollout(self.rt.store.read(rollout.request.key), self.rt)
+            except (AcrCallError, NoTokenError):
+                if rollout.request.session_id not in self.observer.agent_ended:
+                    return  # the agent may still run: the slot is held until a stop succeeds
+            assert self.observer.states[rollout.request.session_id] is SessionState.FINISHED
 
     @rule()
     def sweeper_runs(self) -> None:
@@ -260,6 +283,7 @@ class Lifecycle(RuleBasedStateMachine):
     def _everything_ends(self) -> None:
         """Every message is handled until none is left and every deadline passed: each rollout ends exactly once."""
         self.clock.sleep(QUEUE_TIMEOUT_S + TIMEOUT_S + 1)
+        self.env.acr.script[STOP].clear()
         for _ in range(3):
             for rollout in self.rollouts:
                 if rollout.queued_message:
@@ -267,6 +291,9 @@ class Lifecycle(RuleBasedStateMachine):
             sweep(self.rt)
             for index in range(ROLLOUTS):
                 self.finisher_event(index)
+        assert self.observer.violations == []
+        unstopped = [sid for sid, starts in self.observer.starts.items() if starts and not self.observer.stops[sid]]
+        assert unstopped == [], "started sessions never stopped"
         self.a_stored_result_never_changes()
         for rollout in self.rollouts:
             record = self.rt.ledger.get(rollout.request.session_id)
