@@ -94,6 +94,8 @@ def test_generate_rollout_turns_a_grpo_step_into_slime_samples_for_every_status(
         "agentcore/sampled_tokens": sampled,
         "agentcore/trained_tokens": sampled,
         "agentcore/rows": 12,
+        "agentcore/staleness_p50": 0,  # every call served by the weights of step 0, which the hook reported
+        "agentcore/staleness_max": 0,
     }
     assert sum(map(sum, train_data["loss_masks"])) == sampled > 0
     # (one sample per rollout, its last row, trained only part of them: the first turns got no gradient)
