@@ -38,7 +38,7 @@ from trainer_client import (
     RolloutGroup,
     read_dataset,
 )
-from trainer_client.progress import BatchSummary, RolloutProgress
+from trainer_client.progress import BatchSummary, RolloutProgress, plural
 
 __all__ = [
     "DemoReport",
@@ -151,7 +151,8 @@ class DemoReport:
             *self.summary.lines(with_time=False),
             f"GRPO groups     {self.groups_kept} kept, {self.groups_dropped} dropped, "
             f"{self.groups_with_signal} with non-zero advantages",
-            f"token traces    {self.traced_rollouts} rollouts traced, {self.completion_tokens} completion tokens",
+            f"token traces    {plural(self.traced_rollouts, 'rollout')} traced, "
+            f"{plural(self.completion_tokens, 'completion token')}",
             f"sessions        {self.sessions_started} started, {self.sessions_stopped} stopped",
             f"time            {self.total_s:.1f} s total ({self.startup_s:.1f} s stack start, "
             f"{self.run_s:.1f} s rollouts, {self.summary.done / max(self.run_s, 1e-9):.2f} rollouts/s)",
@@ -243,20 +244,25 @@ def _run_rollouts(
         )
         try:
             for item in items:
-                progress.update(item)
-                report.add_item(item)
                 sink.write(json.dumps(item.to_record()) + "\n")
+                report.add_item(item)
                 if (group := collector.add(item)) is not None:
                     report.add_group(group)
+                progress.update(item)
         except KeyboardInterrupt:
             progress.close()
             if settings.keep_running:
                 out.write(
-                    f"\ninterrupted; the stack and its {client.pending_count} rollouts still running are left "
-                    f"running (`rollouts local status --run-dir {settings.run_dir}`, `rollouts local down`)\n"
+                    f"\ninterrupted; the stack and its {plural(client.pending_count, 'rollout')} still running are "
+                    f"left running (`rollouts local status --run-dir {settings.run_dir}`, `rollouts local down`)\n"
                 )
             else:
-                out.write(f"\ninterrupted; cancelled {client.cancel_pending()} rollouts still running\n")
+                out.write(f"\ninterrupted; cancelled {plural(client.cancel_pending(), 'rollout')} still running\n")
+            for item in items.unfinished():  # a row for every rollout started, the cancelled ones too
+                progress.summary.add(item)
+                sink.write(json.dumps(item.to_record()) + "\n")
+            out.write("\n".join(["", "== demo summary (interrupted) ==", *progress.summary.lines(), ""]))
+            out.write(f"every rollout started has its row in {output}\n")
             raise
     report.groups_dropped = len(prompts) - report.groups_kept
     progress.close()

@@ -3,7 +3,8 @@
 - :class:`RolloutClient`: ``invoke`` / ``invoke_async`` -> :class:`RolloutFuture` (``cancelled`` a
   :class:`CancelledFlag`), ``run_batch`` / ``run_batch_async`` -> :class:`BatchResult` / :class:`AsyncBatchResult`
   of :class:`BatchItem`, ``run_groups`` / ``run_groups_async`` -> :class:`RolloutGroup`, ``attach`` /
-  ``attach_journal`` to collect an earlier process's rollouts, ``for_experiment(name)``.
+  ``attach_journal`` to collect an earlier process's rollouts, ``for_experiment(name)``; ``in_flight()`` ->
+  :class:`InFlightView` (every trainer's rollouts in flight, checked against the stored results).
 - :class:`ClientResult`: the stored result document (a ``dict``, as ART's) with typed views, token traces
   (:class:`TokenTrace`) and ``raise_for_status()``.
 - Errors: :class:`RolloutError` and its families (see ``trainer_client._exceptions``); botocore errors
@@ -57,6 +58,7 @@ from trainer_client._future import CancelledFlag, RolloutFuture
 from trainer_client._grpo import FailurePolicy, GroupCollector, RolloutGroup, group_advantages
 from trainer_client._journal import read_journal
 from trainer_client._results import ClientResult, TokenTrace
+from trainer_client._sessions import InFlightView
 from trainer_client._status import ExperimentStatus, QueueDepth
 
 __all__ = [
@@ -77,6 +79,7 @@ __all__ = [
     "ExperimentStatus",
     "FailurePolicy",
     "GroupCollector",
+    "InFlightView",
     "MissingRolloutFieldError",
     "PollSettings",
     "QueueDepth",

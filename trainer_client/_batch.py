@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
+from rollout_contract import Status
 from rollout_contract.settings import Settings
-from trainer_client._exceptions import RolloutError
+from trainer_client._exceptions import RolloutCancelledError, RolloutError
 from trainer_client._future import RolloutFuture
 from trainer_client._results import ClientResult
 
@@ -70,7 +71,7 @@ class BatchItem:
     def from_future(cls, future: RolloutFuture, index: int) -> BatchItem:
         """Describe a finished future."""
         result: ClientResult | None = None
-        error = future.exception() if not future.cancelled() else RolloutError("cancelled by the caller")
+        error = future.exception() if not future.cancelled() else RolloutCancelledError("cancelled by the caller")
         if error is None:
             result = future.result()
             try:
@@ -93,6 +94,8 @@ class BatchItem:
             record.update(status=self.result.status.value, reward=self.result.reward, result=dict(self.result))
             if self.result.token_traces is not None:
                 record["token_traces"] = [trace.model_dump(mode="json") for trace in self.result.token_traces]
+        elif isinstance(self.exception, RolloutCancelledError):
+            record["status"] = Status.CANCELLED.value  # cancelled by this process before a result was stored
         if self.error is not None:
             record["error"] = self.error
         return record
@@ -169,6 +172,18 @@ class _BatchCore:
         self._finished_count += len(items)
         return items
 
+    def unfinished(self) -> list[BatchItem]:
+        """Items of every rollout started and not handed out yet, as it is now (see :meth:`BatchResult.unfinished`)."""
+        items = self.take_items()
+        for future, index in list(self._in_flight.items()):
+            if future.done():
+                items.append(BatchItem.from_future(future, index))
+            else:
+                error = "still running when the batch was left (collect it with its journal)"
+                items.append(BatchItem(False, None, error, index, future.elapsed(), future.session_id, future.input_id))
+            del self._in_flight[future]
+        return items
+
     def next_wait(self) -> float | None:
         """Log the status when due; seconds until the next status line (``None``: nothing in flight)."""
         wait = self._log_status_when_due()
@@ -204,6 +219,12 @@ class _BatchRun:
         self.max_interval = settings.max_interval
         self.backoff_factor = settings.backoff_factor
         self.log_interval = settings.log_interval
+
+    def unfinished(self) -> list[BatchItem]:
+        """After the iteration was left (Ctrl-C, ``break``): an item for every rollout the batch started and did not
+        hand out, as it is now: ended ones with their result, cancelled ones as cancelled, running ones without a
+        result (``error`` says so). Cancel first (``client.cancel_pending()``) to have none running."""
+        return self._core.unfinished()
 
 
 class BatchResult(_BatchRun, Iterator[BatchItem]):

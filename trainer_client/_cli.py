@@ -40,10 +40,11 @@ from trainer_client._aws import load_descriptor
 from trainer_client._client import RolloutClient
 from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S, PollSettings
 from trainer_client._dataset import json_object, read_dataset
-from trainer_client._eval import plan_eval, row_input_id, run_eval
+from trainer_client._eval import EvalInterrupted, plan_eval, row_input_id, run_eval
 from trainer_client._exceptions import RolloutError
 from trainer_client._operate import cancel_rollouts, print_sessions
 from trainer_client._top import Watch, render
+from trainer_client._words import plural
 from trainer_client.doctor import run_doctor
 
 __all__ = ["build_parser", "main"]
@@ -88,7 +89,9 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         return args.func(args) or 0
     except UsageError as exc:
-        parser.error(str(exc))
+        # The command's own usage (`rollouts eval: error: ...`), not the top-level one.
+        command: argparse.ArgumentParser = getattr(args, "command_parser", parser)
+        command.error(str(exc))
     except (RolloutError, InvalidIdError) as exc:
         print(f"rollouts: error: {exc}", file=sys.stderr)
         return 1
@@ -182,7 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="one more sampling_params entry (repeatable; V is read as JSON when it parses: 0.9, 256, true)",
     )
     resume = run.add_mutually_exclusive_group()
-    resume.add_argument("--journal", type=Path, help="record every submitted rollout here (for --resume)")
+    resume.add_argument(
+        "--journal", type=Path, help="record every submitted rollout here, for --resume (default: OUTPUT.journal)"
+    )
     resume.add_argument(
         "--resume",
         type=Path,
@@ -234,6 +239,13 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--session", action="append", metavar="ID", help="this rollout (repeatable)")
     which.add_argument("--input-id", metavar="ID", help="every rollout of this input id (group) not ended")
     which.add_argument("--all", action="store_true", help="every rollout not ended, queued ones included")
+    cancel.add_argument(
+        "--wait",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds to wait for the cancelled rollouts' results, to say how each ended (5; 0: do not wait)",
+    )
     cancel.set_defaults(func=_cancel)
 
     results = commands.add_parser("results", help="list an experiment's stored results, or export them as JSONL")
@@ -268,6 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
     preflight.set_defaults(func=_preflight)
 
     _mount_commands(commands)
+    for command in dict.fromkeys(commands.choices.values()):
+        command.set_defaults(command_parser=command)
     _add_verbosity(parser, top=True)
     return parser
 
@@ -329,32 +343,42 @@ def _eval(args: argparse.Namespace) -> int:
         raise UsageError(f"--resume {args.resume}: {exc}") from exc
     if args.resume is not None and not args.quiet:
         print(
-            f"resuming from {args.resume}: {plan.resumed} rollouts recorded there, {len(plan.todo)} to submit"
+            f"resuming from {args.resume}: {plural(plan.resumed, 'rollout')} recorded there, {len(plan.todo)} to submit"
             + (f"; {plan.strangers} recorded for rows this dataset lacks (collected too)" if plan.strangers else ""),
             file=sys.stderr,
         )
+    journal = args.journal or args.resume or args.output.with_name(args.output.name + ".journal")
+    interrupted = False
     with _connect(args, queue_timeout=args.queue_timeout) as client:
-        progress = run_eval(
-            client,
-            plan,
-            resume=args.resume,
-            journal=args.journal or args.resume,
-            output=args.output,
-            concurrency=args.concurrency,
-            timeout=args.timeout,
-            overrides=_rollout_overrides(args),
-            progress_mode="off" if args.quiet or args.json else "auto",
-            keep_running=args.keep_running,
-        )
+        try:
+            progress = run_eval(
+                client,
+                plan,
+                resume=args.resume,
+                journal=journal,
+                output=args.output,
+                concurrency=args.concurrency,
+                timeout=args.timeout,
+                overrides=_rollout_overrides(args),
+                progress_mode="off" if args.quiet else "auto",  # on stderr: --json's stdout stays one object
+                keep_running=args.keep_running,
+            )
+        except EvalInterrupted as stop:
+            progress, interrupted = stop.progress, True
     summary = progress.summary
     if args.json:
-        print(json.dumps({**summary.as_dict(), "output": str(args.output)}))
+        print(json.dumps({**summary.as_dict(), "output": str(args.output), "interrupted": interrupted}))
     elif not args.quiet:
         print("\n".join(summary.lines()), file=sys.stderr)
     if summary.failed:
         for line in summary.failure_lines(lambda item: f"row {item.index // args.samples + 1}"):
             print(line, file=sys.stderr)
-        print(f"every result, failures included, is in {args.output}", file=sys.stderr)
+    if summary.failed or interrupted:
+        print(f"every rollout started has its row in {args.output}, failures included", file=sys.stderr)
+    if interrupted:
+        again = f"rollouts eval {args.experiment} --dataset {args.dataset} --output {args.output} --resume {journal}"
+        print(f"interrupted: to finish the dataset, run `{again}`", file=sys.stderr)
+        return 130
     return 0 if summary.failed == 0 else 1
 
 
@@ -435,15 +459,20 @@ def _dashboard(args: argparse.Namespace) -> int:
 
 def _sessions(args: argparse.Namespace) -> int:
     with _connect(args) as client:
-        records = client.sessions(queued=args.queued)
-    print_sessions(records, as_json=args.json, out=sys.stdout)
+        view = client.in_flight(queued=args.queued)
+    print_sessions(view.in_flight, as_json=args.json, out=sys.stdout, ended=view.ended)
     return 0
 
 
 def _cancel(args: argparse.Namespace) -> int:
     with _connect(args) as client:
         return cancel_rollouts(
-            client, session_ids=args.session or (), input_id=args.input_id, everything=args.all, out=sys.stdout
+            client,
+            session_ids=args.session or (),
+            input_id=args.input_id,
+            everything=args.all,
+            out=sys.stdout,
+            wait_s=args.wait,
         )
 
 

@@ -60,7 +60,14 @@ from trainer_client._journal import Journal, read_journal_entries
 from trainer_client._owners import Ownership
 from trainer_client._poller import CompletionPoller
 from trainer_client._results import ClientResult
-from trainer_client._sessions import in_flight_sessions, queued_sessions, send_cancels, session_record
+from trainer_client._sessions import (
+    InFlightView,
+    check_in_flight,
+    in_flight_sessions,
+    queued_sessions,
+    send_cancels,
+    session_record,
+)
 from trainer_client._status import ExperimentStatus, iter_results, read_status
 from trainer_client._stored import read_if_stored
 from trainer_client._traces import TraceReader, session_base_url
@@ -540,9 +547,10 @@ class RolloutClient:
 
         Requests the journal does not show as sent are sent again (the dispatcher starts a rollout at most
         once, so resending one that did arrive changes nothing); those the queue refused fail at once with
-        :class:`SubmitError`.
+        :class:`SubmitError`; those an interrupted eval marked cancelled are not attached (its resume runs
+        their samples again).
         """
-        entries = read_journal_entries(path)
+        entries = [entry for entry in read_journal_entries(path) if not entry.cancelled]
         requests: dict[str, DispatchRequest] = {}
         for entry in entries:
             request = parse_dispatch_message(entry.request) if entry.request is not None else None
@@ -748,19 +756,38 @@ class RolloutClient:
         return self._results(wanted)
 
     def sessions(self, *, queued: bool = False) -> list[SessionRecord]:
-        """The rollouts in flight under this client's exp_id (every trainer's), from the sessions table.
+        """The rollouts in flight under this client's exp_id (every trainer's): :meth:`in_flight`'s ``in_flight``."""
+        return self.in_flight(queued=queued).in_flight
+
+    def in_flight(self, *, queued: bool = False) -> InFlightView:
+        """The rollouts in flight under this client's exp_id (every trainer's), checked against the stored results.
 
         In flight means holding a session slot (``admitted``, ``running``), soonest deadline first; ``queued``
-        adds the rollouts still waiting for capacity, oldest first, at the price of a Scan of the table.
+        adds the rollouts still waiting for capacity, oldest first, at the price of a Scan of the table. The
+        sessions table learns of an end after the result is stored (seconds later at a backlog): a rollout it
+        lists whose result is stored is in ``ended``, with that result, not in ``in_flight``. The check costs
+        one ListObjectsV2 per input id listed and one GetObject per result found (:func:`check_in_flight`).
 
         Raises:
-            AwsError: the sessions table could not be read.
+            AwsError: the sessions table or the bucket could not be read.
         """
         with aws_call(f"reading the sessions of {self.exp_id!r}"):
             records = in_flight_sessions(self._clients.require_dynamodb(), self.resources, self.exp_id)
             if queued:
                 records += queued_sessions(self._clients.require_dynamodb(), self.resources, self.exp_id)
-        return records
+        return self.check_ended(records)
+
+    def check_ended(self, records: Sequence[SessionRecord]) -> InFlightView:
+        """Split sessions-table records into those whose result is stored (``ended``) and the rest.
+
+        One ListObjectsV2 per input id (at most :data:`~trainer_client._sessions.CHECKED_INPUT_IDS`) and one
+        GetObject per result found.
+
+        Raises:
+            AwsError: the bucket could not be read.
+        """
+        with aws_call(f"reading the stored results of {len(records)} rollouts of {self.exp_id!r}"):
+            return check_in_flight(self._clients.s3, self.s3_bucket, records, self.exp_id)
 
     def session(self, session_id: str) -> SessionRecord | None:
         """One rollout's sessions-table item, or ``None`` when no dispatcher recorded ``session_id``.

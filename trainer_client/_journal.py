@@ -2,10 +2,12 @@
 
 Before a request is sent, its line ``{"result_key": ..., "request": <the dispatch message>}`` is written;
 after the dispatch queue accepted a send, ``{"sent": [keys]}``; after it refused one for good,
-``{"refused": [keys]}``. A process that restarts (:meth:`RolloutClient.attach_journal`) resends every
-request it cannot prove was sent (the dispatcher starts a rollout at most once per session id, so a
-resend of a request that did arrive changes nothing) and fails the refused ones at once. Lines holding
-only a ``result_key`` (journals of earlier versions) count as sent. Every write is flushed.
+``{"refused": [keys]}``; after an interrupted ``rollouts eval`` cancelled one, ``{"cancelled": [keys]}`` (a
+resume submits that sample again instead of collecting it). A process that restarts
+(:meth:`RolloutClient.attach_journal`) resends every request it cannot prove was sent (the dispatcher starts a
+rollout at most once per session id, so a resend of a request that did arrive changes nothing) and fails the
+refused ones at once. Lines holding only a ``result_key`` (journals of earlier versions) count as sent. Every
+write is flushed.
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ class JournalEntry:
         request: the dispatch message as it was (to be) sent; ``None`` in journals of earlier versions.
         sent: the dispatch queue accepted it (or the journal predates send markers).
         refused: the dispatch queue refused it for good.
+        cancelled: an interrupted eval cancelled it; a resume runs the sample again.
     """
 
     key: ResultKey
     request: str | None = None
     sent: bool = False
     refused: bool = False
+    cancelled: bool = False
 
 
 class Journal:
@@ -64,6 +68,10 @@ class Journal:
     def mark_refused(self, keys: Iterable[str | ResultKey]) -> None:
         """Record that the dispatch queue refused these rollouts for good (their futures failed)."""
         self._mark("refused", keys)
+
+    def mark_cancelled(self, keys: Iterable[str | ResultKey]) -> None:
+        """Record that these rollouts were cancelled by an interrupted run (a resume runs them again)."""
+        self._mark("cancelled", keys)
 
     def _mark(self, field: str, keys: Iterable[str | ResultKey]) -> None:
         keys = [str(key) for key in keys]
@@ -102,13 +110,14 @@ def _apply(line: dict[str, object], entries: dict[str, JournalEntry]) -> None:
         if str(key) not in entries:
             entries[str(key)] = JournalEntry(key, request if isinstance(request, str) else None, sent=request is None)
         return
-    for field in ("sent", "refused"):
+    fields = ("sent", "refused", "cancelled")
+    for field in fields:
         keys = line.get(field)
         for key in keys if isinstance(keys, list) else ():
             entry = entries.get(str(parse_result_key(key)))
             if entry is not None:
                 setattr(entry, field, True)
-    if "sent" not in line and "refused" not in line:
+    if not any(field in line for field in fields):
         raise KeyError("result_key")
 
 

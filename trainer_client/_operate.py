@@ -14,10 +14,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TextIO
 
-from rollout_contract import ResultKey
+from rollout_contract import ResultKey, Status
 from rollout_contract.sandbox import is_sandbox_session
 from rollout_contract.sessions import SessionRecord, SessionState
 from trainer_client._client import RolloutClient
+from trainer_client._results import ClientResult
+from trainer_client._words import plural
 
 __all__ = ["cancel_rollouts", "duration", "print_sessions", "session_row", "utc"]
 
@@ -57,27 +59,54 @@ def session_row(record: SessionRecord, now: float) -> dict[str, object]:
     }
 
 
-def print_sessions(records: Sequence[SessionRecord], *, as_json: bool, out: TextIO, now: float | None = None) -> None:
+def print_sessions(
+    records: Sequence[SessionRecord],
+    *,
+    as_json: bool,
+    out: TextIO,
+    now: float | None = None,
+    ended: Sequence[tuple[SessionRecord, ClientResult]] = (),
+) -> None:
     """A heading with the counts by state and the time, then one line per rollout (or JSON lines).
 
     Sandboxes (``trainer_client.sandbox``) hold slots of the same budget: they follow under a heading of their own.
+    ``ended``: rollouts the sessions table still lists whose result is stored; they are not shown as in flight,
+    a line says how many (``--json``: one object each, ``state`` ``ended`` and its ``status``).
     """
     now = time.time() if now is None else now
     if as_json:
         for record in records:
             print(json.dumps(session_row(record, now)), file=out)
+        for record, result in ended:
+            print(json.dumps({**session_row(record, now), "state": "ended", "status": result.status.value}), file=out)
         return
     sandboxes = [record for record in records if is_sandbox_session(record.session_id)]
     rollouts = [record for record in records if not is_sandbox_session(record.session_id)]
-    _print_table("rollouts", rollouts, now, out)
+    _print_table("rollout", rollouts, now, out)
     if sandboxes:
-        _print_table("sandboxes", sandboxes, now, out)
+        _print_table("sandbox", sandboxes, now, out)
+    if ended:
+        print(
+            f"{_ended_phrase(ended)}: the sessions table had not marked "
+            f"{'it' if len(ended) == 1 else 'them'} finished yet; not shown",
+            file=out,
+        )
+
+
+def _ended_phrase(ended: Sequence[tuple[SessionRecord, ClientResult]]) -> str:
+    """``2 more ended (1 agent_error, 1 succeeded)``-style: how many, and how each ended."""
+    statuses = Counter(result.status.value for _, result in ended)
+    how = ", ".join(f"{count} {status}" for status, count in sorted(statuses.items()))
+    return f"{plural(len(ended), 'rollout')} listed in flight already ended with a stored result ({how})"
 
 
 def _print_table(what: str, records: Sequence[SessionRecord], now: float, out: TextIO) -> None:
     states = Counter(record.state.value for record in records)
     counts = ", ".join(f"{count} {state}" for state, count in sorted(states.items())) or "none"
-    print(f"{len(records)} {what} in flight ({counts}) at {utc(now)}", file=out)
+    print(
+        f"{plural(len(records), what, what + 'es' if what.endswith('x') else None)} in flight ({counts}) at {utc(now)}",
+        file=out,
+    )
     if not records:
         return
     print(f"{'SESSION':<38} {'INPUT':<24} {'STATE':<9} {'AGE':>7}  DEADLINE", file=out)
@@ -99,45 +128,69 @@ def cancel_rollouts(
     input_id: str | None = None,
     everything: bool = False,
     out: TextIO,
+    wait_s: float = 5.0,
 ) -> int:
     """Cancel the named sessions, an input id's rollouts, or every rollout not ended; return the exit status.
 
-    A session id that no dispatcher recorded, or whose rollout ended, is reported and makes the status 1.
+    Checks each rollout against the stored results first (the sessions table learns of an end late): one already
+    ended is reported with how it ended, not sent a cancel. Then waits up to ``wait_s`` for the cancelled ones'
+    results and says how each ended (``cancelled``, or what it ended as before the cancel reached it).
+
+    Exit status 0 when every rollout chosen has ended or been asked to (none in flight is nothing to do, not an
+    error); 1 when a ``--session`` names no rollout of the experiment (unknown, or a sandbox).
     """
-    keys: list[ResultKey] = []
-    missing = 0
+    records: list[SessionRecord] = []
+    unknown = 0
     for session_id in session_ids:
         record = client.session(session_id)
         if record is None or record.input_id is None:
             print(f"no rollout {session_id} recorded in {client.exp_id}'s sessions table (a typo, or not yet "
                   "received by a dispatcher: try again in a moment)", file=out)  # fmt: skip
-            missing += 1
+            unknown += 1
         elif is_sandbox_session(session_id):
             print(f"{session_id} is a sandbox, not a rollout: its trainer terminates it, or the sweeper stops it at "
                   "its deadline", file=out)  # fmt: skip
-            missing += 1
-        elif record.state is SessionState.FINISHED:
-            print(f"rollout {session_id} already ended ({record.status or 'finished'}): nothing to cancel", file=out)
-            missing += 1
+            unknown += 1
         else:
-            keys.append(ResultKey(record.exp_id or client.exp_id, record.input_id, record.session_id))
+            records.append(record)
     if input_id is not None or everything:
-        keys += [
-            ResultKey(record.exp_id or client.exp_id, record.input_id, record.session_id)
-            for record in client.sessions(queued=True)
+        view = client.in_flight(queued=True)
+        listed = [*view.in_flight, *(record for record, _ in view.ended)]
+        records += [
+            record
+            for record in listed
             if record.input_id is not None
             and not is_sandbox_session(record.session_id)  # sandboxes end by terminate() or at their deadline
             and (everything or record.input_id == input_id)
         ]
-    if not keys:
-        print("nothing to cancel", file=out)
-        return 1 if missing else 0
-    sent = client.cancel(keys)
-    shown = ", ".join(key.session_id for key in keys[:_SHOWN])
-    more = f" and {len(keys) - _SHOWN} more" if len(keys) > _SHOWN else ""
-    print(
-        f"cancel requested for {sent} rollouts: {shown}{more}; each ends as cancelled unless it ended first, and "
-        "its session is stopped",
-        file=out,
-    )
-    return 1 if missing else 0
+    view = client.check_ended(records)
+    for record, result in view.ended:
+        print(f"rollout {record.session_id} already ended ({result.status.value}): nothing to cancel", file=out)
+    # A finished item without a stored result is a sandbox's or one whose result was deleted: nothing to cancel.
+    live = [record for record in view.in_flight if record.state is not SessionState.FINISHED]
+    if not live:
+        which = f" of input id {input_id}" if input_id is not None else ""
+        print(f"nothing to cancel: no rollout{which} in flight", file=out)
+        return 1 if unknown else 0
+    sent = client.cancel(ResultKey(record.exp_id or client.exp_id, str(record.input_id), record.session_id)
+                         for record in live)  # fmt: skip
+    shown = ", ".join(record.session_id for record in live[:_SHOWN])
+    more = f" and {len(live) - _SHOWN} more" if len(live) > _SHOWN else ""
+    print(f"cancel requested for {plural(sent, 'rollout')}: {shown}{more}", file=out)
+    started = time.monotonic()
+    settled = client.check_ended(live)
+    while settled.in_flight and time.monotonic() - started < wait_s:
+        time.sleep(0.5)
+        settled = client.check_ended(live)
+    statuses = Counter(result.status.value for _, result in settled.ended)
+    cancelled = statuses.pop(Status.CANCELLED.value, 0)
+    line = f"after {time.monotonic() - started:.1f} s: {cancelled} cancelled"
+    if statuses:
+        line += ", ended first: " + ", ".join(f"{count} {status}" for status, count in sorted(statuses.items()))
+    if settled.in_flight:
+        line += (
+            f"; {len(settled.in_flight)} not ended yet (each ends as cancelled unless it ends first; its session is "
+            "stopped; `rollouts sessions` shows them)"
+        )
+    print(line, file=out)
+    return 1 if unknown else 0

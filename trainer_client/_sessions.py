@@ -5,26 +5,161 @@ paginated Query. Rollouts still waiting for capacity (``queued``) hold no slot a
 them scans the table (every item of the last week), so only :func:`queued_sessions` does, when asked.
 Cancel requests go the way ``future.cancel()`` sends them: a ``CancelRequest`` on the dispatch queue, ten per
 call; the dispatcher writes ``cancelled`` unless the rollout ended first, and the finisher stops the session.
+
+The table learns that a rollout ended after its result is stored (the finisher marks it from the result's
+event), seconds later at a backlog. So the views check what the table lists as in flight against the stored
+results (:func:`check_in_flight`: one ListObjectsV2 per input id listed, one GetObject per result found), and
+the latest failures of a window are read from the finished items themselves (:func:`recent_failures`: at most
+:data:`FAILURE_SCAN_PAGES` Scan pages), whoever watched them end.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from rollout_contract import CancelRequest, ExperimentResources, ResultKey
+from rollout_contract import CancelRequest, ExperimentResources, ResultKey, Status
 from rollout_contract.ids import RUN_SEPARATOR
-from rollout_contract.sessions import ATTR_EXP_ID, ATTR_STATE, INFLIGHT_MARK, SessionRecord, SessionState
+from rollout_contract.resources import SESSIONS_PARTITION_KEY
+from rollout_contract.sandbox import is_sandbox_session
+from rollout_contract.sessions import (
+    ATTR_EXP_ID,
+    ATTR_FINISHED_AT,
+    ATTR_INPUT_ID,
+    ATTR_STATE,
+    ATTR_STATUS,
+    INFLIGHT_MARK,
+    SessionRecord,
+    SessionState,
+)
+from trainer_client._results import ClientResult
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
     from types_boto3_dynamodb.type_defs import QueryOutputTypeDef, ScanOutputTypeDef
+    from types_boto3_s3 import S3Client
     from types_boto3_sqs import SQSClient
     from types_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
 
-__all__ = ["in_flight_query", "in_flight_sessions", "queued_sessions", "send_cancels", "session_record"]
+__all__ = [
+    "CHECKED_INPUT_IDS",
+    "FAILURE_SCAN_PAGES",
+    "InFlightView",
+    "check_in_flight",
+    "in_flight_query",
+    "in_flight_sessions",
+    "queued_sessions",
+    "recent_failures",
+    "send_cancels",
+    "session_record",
+]
 
 _SQS_BATCH = 10
+#: Input ids whose stored results one check lists at most (one ListObjectsV2 each, soonest deadline first).
+CHECKED_INPUT_IDS = 200
+#: Scan pages (1 MB of items each) one read of the latest failures takes at most.
+FAILURE_SCAN_PAGES = 2
+_READERS = 8
+
+
+@dataclass(frozen=True)
+class InFlightView:
+    """What the sessions table lists as in flight, checked against the stored results.
+
+    Attributes:
+        in_flight: listed, and no result stored (or beyond the check's bound: ``unchecked`` of them).
+        ended: listed, but the result is stored: the rollout ended and the table does not know it yet.
+        unchecked: rollouts in ``in_flight`` not checked (past :data:`CHECKED_INPUT_IDS` input ids).
+    """
+
+    in_flight: list[SessionRecord]
+    ended: list[tuple[SessionRecord, ClientResult]] = field(default_factory=list)
+    unchecked: int = 0
+
+
+def check_in_flight(
+    s3: S3Client, bucket: str, records: Sequence[SessionRecord], exp_id: str, *, limit: int = CHECKED_INPUT_IDS
+) -> InFlightView:
+    """Split ``records`` (as the table lists them) into those still in flight and those whose result is stored.
+
+    Costs one ListObjectsV2 per input id (at most ``limit``, in the order listed) and one GetObject per result
+    found, eight at a time. Sandboxes are passed through (a sandbox stores no result).
+    """
+    keys = {
+        record.session_id: ResultKey(record.exp_id or exp_id, record.input_id, record.session_id)
+        for record in records
+        if record.input_id is not None and not is_sandbox_session(record.session_id)
+    }
+    prefixes = list(dict.fromkeys(f"{key.exp_id}/{key.input_id}/" for key in keys.values()))
+    checked = set(prefixes[:limit])
+    wanted = {str(key) for key in keys.values() if f"{key.exp_id}/{key.input_id}/" in checked}
+
+    def listed(prefix: str) -> list[str]:
+        pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        return [entry["Key"] for page in pages for entry in page.get("Contents", []) if entry["Key"] in wanted]
+
+    def read(key: str) -> ClientResult:
+        return ClientResult.from_json_bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+    with ThreadPoolExecutor(_READERS) as pool:
+        stored = [key for found in pool.map(listed, checked) for key in found]
+        results = {result.session_id: result for result in pool.map(read, stored)}
+    return InFlightView(
+        in_flight=[record for record in records if record.session_id not in results],
+        ended=[(record, results[record.session_id]) for record in records if record.session_id in results],
+        unchecked=sum(1 for key in keys.values() if f"{key.exp_id}/{key.input_id}/" not in checked),
+    )
+
+
+def recent_failures(
+    dynamodb: DynamoDBClient,
+    resources: ExperimentResources,
+    since: float,
+    exp_id: str | None = None,
+    *,
+    pages: int = FAILURE_SCAN_PAGES,
+) -> tuple[list[tuple[float, SessionRecord]], bool]:
+    """The rollouts of ``exp_id`` that ended other than ``succeeded`` since ``since``, newest first, as the
+    finisher and sweeper marked them (status and time), and whether the read was complete.
+
+    At most ``pages`` Scan calls (a page reads up to 1 MB of items before the filter); a table larger than that
+    gives the failures found in what was read, and ``False``.
+    """
+    scan: dict[str, Any] = {
+        "TableName": resources.sessions_table.name,
+        "FilterExpression": "#state = :finished AND #status <> :succeeded AND #at >= :since",
+        "ProjectionExpression": "#id, #state, #status, #at, #e, #input",
+        "ExpressionAttributeNames": {
+            "#id": SESSIONS_PARTITION_KEY,
+            "#state": ATTR_STATE,
+            "#status": ATTR_STATUS,
+            "#at": ATTR_FINISHED_AT,
+            "#e": ATTR_EXP_ID,
+            "#input": ATTR_INPUT_ID,
+        },
+        "ExpressionAttributeValues": {
+            ":finished": {"S": SessionState.FINISHED.value},
+            ":succeeded": {"S": Status.SUCCEEDED.value},
+            ":since": {"N": repr(since)},
+        },
+    }
+    if exp_id is not None and exp_id != resources.exp_id:
+        scan["FilterExpression"] += " AND (#e = :run OR begins_with(#e, :nested))"
+        scan["ExpressionAttributeValues"].update({":run": {"S": exp_id}, ":nested": {"S": exp_id + RUN_SEPARATOR}})
+    found: list[tuple[float, SessionRecord]] = []
+    for _ in range(pages):
+        page = dynamodb.scan(**scan)
+        found += [
+            (float(item[ATTR_FINISHED_AT]["N"]), SessionRecord.from_item(item))
+            for item in page["Items"]
+            if ATTR_FINISHED_AT in item
+        ]
+        if "LastEvaluatedKey" not in page:
+            return sorted(found, key=lambda pair: -pair[0]), True
+        scan["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    return sorted(found, key=lambda pair: -pair[0]), False
 
 
 def in_flight_query(resources: ExperimentResources, exp_id: str | None = None) -> dict[str, Any]:

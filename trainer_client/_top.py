@@ -5,10 +5,16 @@ table's in-flight index (rollouts holding a session slot, by state), the queues'
 visible messages are the rollouts waiting for capacity), the experiment's CloudWatch metrics (invokes and
 completions per second over the last minute; completions by status and the duration percentiles over the
 last five), the alarms named after the experiment, and the budgets its descriptor publishes. Nothing lists
-the result prefix. The latest failures' reasons come from the rollouts a :class:`Watch` saw leave the
-in-flight index between two refreshes (one GetObject each, a few per refresh), so a one-shot view has none.
-The same snapshot serves the local stack (its workers publish the functions' metrics to the local
-CloudWatch) and AWS with the trainer role's grants.
+the result prefix. What the index lists is checked against the stored results (the table learns of an end
+seconds after the result is stored, at a backlog): a rollout whose result is stored is counted ended, not in
+flight. The latest failures of the last five minutes are read from what is stored, whoever watched: the
+finished items of the sessions table (status and time) and the results found by that check, each reason from
+its result. A refresh costs: the index Query (a page per ~1 MB of rollouts in flight), one ListObjectsV2 per
+input id in flight (at most :data:`~trainer_client._sessions.CHECKED_INPUT_IDS`) and one GetObject per result
+found there, at most :data:`~trainer_client._sessions.FAILURE_SCAN_PAGES` Scan pages, at most
+:data:`_REASONS_KEPT` GetObject for reasons not read before, four GetQueueAttributes, one GetItem, two
+GetMetricData and one DescribeAlarms page. The same snapshot serves the local stack (its workers publish the
+functions' metrics to the local CloudWatch) and AWS with the trainer role's grants.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from rollout_contract.ids import join_exp_id
 from rollout_contract.resources import BUDGET_PARTITION_KEY, ExperimentDescriptor
 from rollout_contract.sessions import SessionRecord
 from trainer_client._results import ClientResult
-from trainer_client._sessions import in_flight_sessions
+from trainer_client._sessions import check_in_flight, in_flight_sessions, recent_failures
 from trainer_client._stored import read_if_stored
 
 __all__ = ["FailureReason", "Snapshot", "Watch", "render"]
@@ -35,9 +41,7 @@ __all__ = ["FailureReason", "Snapshot", "Watch", "render"]
 RATE_WINDOW_S = 60
 #: Seconds the counts by status and the duration percentiles are taken over.
 RECENT_WINDOW_S = 300
-#: Results a refresh reads at most to find the reasons of rollouts that just ended.
-_READS_PER_REFRESH = 5
-#: Latest failure reasons kept.
+#: Latest failure reasons shown (each read once from its result).
 _REASONS_KEPT = 5
 
 
@@ -72,6 +76,10 @@ class Snapshot:
     dead_letters: dict[str, int]
     alarms: dict[str, str]
     latest_failures: list[FailureReason] = field(default_factory=list)
+    #: Rollouts the in-flight index still lists whose result is stored (ended; the slot not yet freed).
+    ended_unmarked: int = 0
+    #: Whether the failures read covered the whole sessions table (see ``recent_failures``).
+    failures_complete: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready copy."""
@@ -88,22 +96,18 @@ class Watch:
         self.exp_id = join_exp_id(descriptor.exp_id, run)
         factory = ClientFactory(region=descriptor.region, endpoints=descriptor.endpoints, max_pool_connections=4)
         self._clients = factory.clients("sqs", "s3", "dynamodb", "cloudwatch")
-        self._in_flight: dict[str, SessionRecord] = {}
-        self._ended: list[SessionRecord] = []
-        self._failures: list[FailureReason] = []
+        self._reasons: dict[str, FailureReason] = {}
         self._queue_urls: dict[str, str] = {}
         self._queue_specs = (self.resources.dispatch_queue, self.resources.completion_queue)
 
     def snapshot(self) -> Snapshot:
-        """Read one snapshot; remember which rollouts left the in-flight index since the last one."""
+        """Read one snapshot."""
         now = time.time()
         records = in_flight_sessions(self._clients["dynamodb"], self.resources, self.exp_id)
-        current = {record.session_id: record for record in records}
-        self._ended += [record for sid, record in self._in_flight.items() if sid not in current]
-        self._in_flight = current
-        self._read_failures()
+        view = check_in_flight(self._clients["s3"], self.descriptor.results_bucket, records, self.exp_id)
+        failures, complete = self._latest_failures(now, view.ended)
         states: dict[str, int] = {}
-        for record in records:
+        for record in view.in_flight:
             states[record.state.value] = states.get(record.state.value, 0) + 1
         queues = self._queue_depths()
         values = self._metric_values(now)
@@ -127,7 +131,9 @@ class Watch:
             queues=queues,
             dead_letters=dead_letters,
             alarms=self._alarms(),
-            latest_failures=list(self._failures),
+            latest_failures=failures,
+            ended_unmarked=len(view.ended),
+            failures_complete=complete,
         )
 
     def _queue_depths(self) -> dict[str, dict[str, int]]:
@@ -210,21 +216,44 @@ class Watch:
                 alarms[alarm["AlarmName"].removeprefix(prefix)] = alarm["StateValue"]
         return alarms
 
-    def _read_failures(self) -> None:
-        """Read the results of a few rollouts that left the in-flight index; keep the latest failures."""
-        reads, self._ended = self._ended[:_READS_PER_REFRESH], self._ended[_READS_PER_REFRESH:]
-        for record in reads:
-            if record.input_id is None:
-                continue
+    def _latest_failures(
+        self, now: float, ended: list[tuple[SessionRecord, ClientResult]]
+    ) -> tuple[list[FailureReason], bool]:
+        """The newest failures of the last :data:`RECENT_WINDOW_S` seconds, from what is stored: the results found
+        for rollouts the index still lists, and the finished items of the sessions table (a reason read once)."""
+        found = [
+            (result.timings.finished_at or now, record, result)
+            for record, result in ended
+            if result.status is not Status.SUCCEEDED
+        ]
+        marked, complete = recent_failures(
+            self._clients["dynamodb"], self.resources, now - RECENT_WINDOW_S, self.exp_id
+        )
+        newest: dict[str, tuple[float, SessionRecord, ClientResult | None]] = {
+            record.session_id: (at, record, None) for at, record in marked
+        }
+        newest.update((record.session_id, (at, record, result)) for at, record, result in found)
+        latest = sorted(newest.values(), key=lambda entry: -entry[0])[:_REASONS_KEPT]
+        reasons = []
+        for _, record, given in latest:
+            if record.session_id not in self._reasons:
+                self._reasons[record.session_id] = self._reason(record, given)
+            reasons.append(self._reasons[record.session_id])
+        self._reasons = {reason.session_id: reason for reason in reasons}
+        return reasons, complete
+
+    def _reason(self, record: SessionRecord, result: ClientResult | None) -> FailureReason:
+        """Why ``record``'s rollout failed, from its stored result (read now when not given)."""
+        input_id = record.input_id or "-"
+        if result is None and record.input_id is not None:
             key = ResultKey(record.exp_id or self.exp_id, record.input_id, record.session_id)
             stored = read_if_stored(self._clients["s3"], self.descriptor.results_bucket, str(key))
-            if stored is None:
-                continue
-            result = ClientResult.from_json_bytes(stored)
-            if result.status is not Status.SUCCEEDED:
-                reason = result.error.message if result.error else (result.stop_reason or "-")
-                self._failures.insert(0, FailureReason(record.session_id, record.input_id, result.status.value, reason))
-        del self._failures[_REASONS_KEPT:]
+            if stored is not None:
+                result = ClientResult.from_json_bytes(stored)
+        if result is None:
+            return FailureReason(record.session_id, input_id, record.status or "-", "no result stored")
+        reason = result.error.message if result.error else (result.stop_reason or "-")
+        return FailureReason(record.session_id, input_id, result.status.value, reason)
 
 
 def render(snapshot: Snapshot, out: TextIO) -> None:
@@ -232,13 +261,15 @@ def render(snapshot: Snapshot, out: TextIO) -> None:
     from trainer_client._operate import utc
 
     def budget(value: float, limit: float, unit: str) -> str:
-        return f"{value:.2f}{unit} of {limit:g}{unit} ({100 * value / limit:.0f}%)"
+        shown = f"{value:d}" if isinstance(value, int) else f"{value:.2f}"
+        return f"{shown}{unit} of {limit:g}{unit} ({100 * value / limit:.0f}%)"
 
     s = snapshot
     states = ", ".join(f"{count} {state}" for state, count in sorted(s.in_flight.items())) or "none"
     lines = [
         f"{s.exp_id} at {utc(s.at)}",
-        f"rollouts    in flight {s.sessions} ({states}); waiting for capacity {s.waiting}",
+        f"rollouts    in flight {sum(s.in_flight.values())} ({states}); waiting for capacity {s.waiting}"
+        + (f"; {s.ended_unmarked} ended (result stored), the table not told yet" if s.ended_unmarked else ""),
         f"sessions    {budget(s.sessions, s.session_budget, '')}"
         + ("" if s.account_sessions is None else f"; account-wide {s.account_sessions}"),
         f"invokes     {budget(s.invokes_per_s, s.tps_limit, '/s')} over the last {RATE_WINDOW_S} s",
@@ -256,6 +287,10 @@ def render(snapshot: Snapshot, out: TextIO) -> None:
         "alarms      " + (", ".join(f"{name} {state}" for name, state in sorted(s.alarms.items())) or "none defined")
     )
     if s.latest_failures:
-        lines.append("latest failures:")
+        lines.append(
+            f"latest failures (last {RECENT_WINDOW_S // 60} min"
+            + ("" if s.failures_complete else "; the sessions table was read in part")
+            + "):"
+        )
         lines += [f"  {f.status:<16} {f.session_id} ({f.input_id}): {f.reason}" for f in s.latest_failures]
     print("\n".join(lines), file=out)

@@ -17,9 +17,12 @@ from typing import Any, Literal, TextIO
 
 from tqdm import tqdm
 
+from rollout_contract import Status
 from trainer_client._batch import BatchItem
+from trainer_client._exceptions import RolloutCancelledError
+from trainer_client._words import plural
 
-__all__ = ["BatchSummary", "ProgressMode", "RolloutProgress", "failure_reason", "percentiles"]
+__all__ = ["BatchSummary", "ProgressMode", "RolloutProgress", "failure_reason", "percentiles", "plural"]
 
 #: ``bar`` (tqdm), ``lines`` (a plain line now and then), ``off``, or ``auto`` (bar on a terminal, else lines).
 ProgressMode = Literal["auto", "bar", "lines", "off"]
@@ -70,7 +73,8 @@ class BatchSummary:
             self.failures.append(item)
         result = item.result
         if result is None:
-            self.by_status[NO_RESULT] += 1
+            cancelled = isinstance(item.exception, RolloutCancelledError)
+            self.by_status[Status.CANCELLED.value if cancelled else NO_RESULT] += 1
             return
         self.by_status[result.status.value] += 1
         if result.ok and result.reward is not None:
@@ -84,7 +88,7 @@ class BatchSummary:
         reward = f"{statistics.fmean(self.rewards):.3f}" if self.rewards else "-"
         lines = [
             f"rollouts        {self.done} ({statuses or 'none'})",
-            f"reward mean     {reward} over {len(self.rewards)} succeeded rollouts",
+            f"reward mean     {reward} over {plural(len(self.rewards), 'succeeded rollout')}",
             f"end to end      {percentiles(self.end_to_end_s)}  (submit -> result in hand)",
             f"agent run       {percentiles(self.agent_s)}  (handler start -> result written)",
         ]
@@ -93,11 +97,14 @@ class BatchSummary:
         return lines
 
     def failure_lines(self, where: Callable[[BatchItem], str]) -> list[str]:
-        """``N of M rollouts failed; the first:`` and one line per kept failure: ``where(item): reason``."""
+        """``N of M rollouts failed`` and one line per kept failure (``where(item): reason``), saying how many
+        are shown when not all are (``the first 5:``)."""
         if not self.failed:
             return []
+        shown = len(self.failures)
+        which = ":" if shown == self.failed else f"; the first {shown}:" if shown > 1 else "; the first:"
         return [
-            f"{self.failed} of {self.done} rollouts failed; the first:",
+            f"{self.failed} of {plural(self.done, 'rollout')} failed{which}",
             *(f"  {where(item)}: {failure_reason(item)}" for item in self.failures),
         ]
 
@@ -153,10 +160,10 @@ class RolloutProgress:
         if self._bar is not None:
             self._bar.set_postfix(failed=summary.failed, per_s=f"{rate:.1f}", reward=reward, refresh=False)
             self._bar.update(1)
-        elif self._mode == "lines" and (summary.done == summary.total or time.monotonic() >= self._next_line):
+        elif self._mode == "lines" and (summary.done in (1, summary.total) or time.monotonic() >= self._next_line):
             self._next_line = time.monotonic() + self._interval
             print(
-                f"{summary.done}/{summary.total} rollouts done, {summary.failed} failed, {rate:.2f}/s, "
+                f"{summary.done}/{plural(summary.total, 'rollout')} done, {summary.failed} failed, {rate:.2f}/s, "
                 f"reward mean {reward}, {summary.run_s:.0f} s",
                 file=self._out,
                 flush=True,

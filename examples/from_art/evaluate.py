@@ -2,7 +2,8 @@
 
 ART's version built ``RolloutClient(agent_runtime_arn, s3_bucket, exp_id, tps_limit=...)`` from command-line
 flags; here the experiment's descriptor supplies the runtime, bucket and queues, and ``--run`` is the label
-ART's ``exp_id`` was. Prints one JSON line: rollouts, succeeded, accuracy (mean reward), where the results are.
+ART's ``exp_id`` was. Prints one JSON line: rollouts, succeeded, accuracy (mean reward), where the results are;
+warnings only on stderr (``--verbose``: INFO lines too).
 
     python examples/from_art/evaluate.py --experiment gsm8k --run qwen3-eval --dataset ds.jsonl --model_id m
 """
@@ -27,8 +28,10 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--max_concurrent", type=int, default=100)
     parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--verbose", action="store_true", help="log the SDK's and botocore's INFO lines too")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO)
+    # Quiet by default: stdout is the one JSON line; botocore and httpx log every credential lookup and call at INFO.
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, force=True)
 
     rows = read_dataset(args.dataset)
     with RolloutClient.for_experiment(

@@ -52,7 +52,7 @@ def test_the_demo_runs_grpo_groups_of_the_math_agent_and_writes_every_result(tmp
     # AND the summary names the failures' reason, and no stack is left recorded
     text = printed.getvalue()
     assert "== demo summary ==" in text
-    assert "2 of 8 rollouts failed; the first:" in text
+    assert "2 of 8 rollouts failed:" in text
     assert "prompt 4: agent_error: KeyError: 'prompt'" in text
     assert not (tmp_path / "stack" / STATE_FILE).exists()
 
@@ -96,3 +96,8 @@ def test_ctrl_c_cancels_the_demos_rollouts_or_with_keep_running_leaves_them_and_
     # THEN the rollouts still running were cancelled and the stack stopped
     assert "interrupted; cancelled 2 rollouts still running" in printed.getvalue()
     assert running_state(run_dir) is None and not (run_dir / STATE_FILE).exists()
+    # AND every rollout started has its row, the cancelled ones too, and the summary counts them
+    rows = [json.loads(line) for line in (tmp_path / "o").read_text().splitlines()]
+    assert sorted(row["status"] for row in rows) == ["agent_error", "cancelled", "cancelled"]
+    assert "== demo summary (interrupted) ==" in printed.getvalue()
+    assert "cancelled 2)" in printed.getvalue()  # the interrupted update never counted the first

@@ -12,6 +12,7 @@ import pytest
 
 from trainer_client import ClientResult, read_journal
 from trainer_client._cli import EXIT_BROKEN_PIPE, main
+from trainer_client.progress import RolloutProgress
 
 
 def write_dataset(path, rows):
@@ -62,7 +63,9 @@ def test_eval_prints_its_summary_on_success_and_sends_the_model_options(descript
     ] * 2  # fmt: skip
 
 
-def test_eval_json_prints_one_summary_object_and_quiet_prints_nothing(descriptor, backend, tmp_path, capsys):
+def test_eval_json_prints_one_summary_object_with_progress_on_stderr_and_quiet_prints_nothing(
+    descriptor, backend, tmp_path, capsys
+):
     write_dataset(tmp_path / "in.jsonl", [{"reward": 1.0}])
     backend.serve_in_thread(2)
     assert main(eval_args(descriptor, tmp_path, "--json")) == 0
@@ -70,7 +73,7 @@ def test_eval_json_prints_one_summary_object_and_quiet_prints_nothing(descriptor
     summary = json.loads(captured.out)
     assert summary["rollouts"] == 1 and summary["by_status"] == {"succeeded": 1}
     assert summary["reward_mean"] == 1.0 and summary["output"] == str(tmp_path / "out.jsonl")
-    assert captured.err == ""
+    assert captured.err == "1/1 rollout done, 0 failed, " + captured.err.partition(", 0 failed, ")[2]  # progress
     assert main(eval_args(descriptor, tmp_path, "-q")) == 0
     assert capsys.readouterr() == ("", "")
 
@@ -161,3 +164,59 @@ def test_ctrl_c_in_eval_cancels_the_rollouts_still_running_unless_told_to_keep_t
         backend.receive(4)
         assert len(backend.cancels) == 2
         assert {c.session_id for c in backend.cancels} == {r.session_id for r in backend.requests[1:]}
+
+
+def test_the_art_evaluation_script_prints_its_json_line_and_no_info_logs(descriptor, backend, tmp_path, capsys,
+                                                                          monkeypatch):  # fmt: skip
+    from examples.from_art import evaluate
+
+    # GIVEN two rows and an agent
+    write_dataset(tmp_path / "in.jsonl", [{"reward": 1.0}, {"reward": 0.0}])
+    backend.serve_in_thread(2)
+    argv = ["evaluate.py", "--experiment", descriptor.exp_id, "--dataset", str(tmp_path / "in.jsonl")]
+    monkeypatch.setattr(sys, "argv", [*argv, "--model_id", "m"])
+    # WHEN the script runs as the migration guide runs it
+    evaluate.main()
+    # THEN stdout is its one JSON line and stderr holds no botocore/httpx INFO lines (was: 11 of them)
+    out, err = capsys.readouterr()
+    assert json.loads(out)["rollouts"] == 2
+    assert "INFO" not in err
+
+
+def test_an_interrupted_eval_writes_a_row_for_every_rollout_started_and_its_summary_and_resumes(
+    descriptor, backend, tmp_path, monkeypatch, capsys
+):
+    # GIVEN an eval of three rows, --json, Ctrl-C pressed once the first result is in (two still running)
+    write_dataset(tmp_path / "in.jsonl", [{"reward": 1.0}, {"reward": 0.5}, {"reward": 0.25}])
+    update = RolloutProgress.update
+
+    def interrupt(self, item):
+        update(self, item)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(RolloutProgress, "update", interrupt)
+    served = backend.serve_in_thread(1)
+    # WHEN eval runs (no --journal given)
+    code = main(eval_args(descriptor, tmp_path, "--json"))
+    served.join(10)
+    # THEN it exits 130 with a row for every rollout it started, the cancelled ones too, and its summary
+    assert code == 130
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert sorted(row["status"] for row in rows) == ["cancelled", "cancelled", "succeeded"]
+    out, err = capsys.readouterr()
+    summary = json.loads(out)
+    assert summary["by_status"] == {"succeeded": 1, "cancelled": 2} and summary["interrupted"] is True
+    # AND progress went to stderr although --json was given, with how to resume from the default journal
+    journal = tmp_path / "out.jsonl.journal"
+    assert "1/3 rollouts done" in err and f"--resume {journal}" in err
+    # WHEN it is resumed
+    monkeypatch.setattr(RolloutProgress, "update", update)
+    backend.receive(4)  # the first run's two other dispatch requests and their cancel requests
+    served = backend.serve_in_thread(2)
+    assert main(eval_args(descriptor, tmp_path, "--resume", str(journal))) == 0
+    served.join(10)
+    # THEN the first rollout is collected and only the two cancelled samples run again: three rows, all succeeded
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert sorted((row["index"], row["status"]) for row in rows) == [(0, "succeeded"), (1, "succeeded"),
+                                                                     (2, "succeeded")]  # fmt: skip
+    assert "resuming from" in capsys.readouterr().err

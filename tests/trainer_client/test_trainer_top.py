@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime, timedelta
 
 from trainer_support import alarm_in_state, aws
@@ -35,6 +36,21 @@ def _in_flight(descriptor, session_id: str, *, holds: bool = True) -> None:
             UpdateExpression="REMOVE #i",
             ExpressionAttributeNames={"#i": ATTR_INFLIGHT},
         )
+
+
+def _finished(descriptor, session_id: str, status: str) -> None:
+    """Mark a rollout finished with ``status`` now, as the finisher does."""
+    aws("dynamodb").update_item(
+        TableName=descriptor.sessions_table,
+        Key={SESSIONS_PARTITION_KEY: {"S": session_id}},
+        UpdateExpression="SET #state = :finished, #status = :status, #at = :now REMOVE #i",
+        ExpressionAttributeNames={"#state": "state", "#status": "status", "#at": "finished_at", "#i": ATTR_INFLIGHT},
+        ExpressionAttributeValues={
+            ":finished": {"S": "finished"},
+            ":status": {"S": status},
+            ":now": {"N": str(time.time())},
+        },
+    )
 
 
 def _publish(exp_id: str, name: str, values: list[float], **dimensions: str) -> None:
@@ -92,27 +108,42 @@ def test_status_reads_states_budgets_rates_durations_dlqs_and_alarms_without_lis
     assert main(["status", descriptor.exp_id]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"{descriptor.exp_id} at ") and " UTC\n" in out
-    assert "in flight 1 (1 running)" in out and "1.00 of 900 (0%)" in out and "0.20/s of 25/s (1%)" in out
+    assert "in flight 1 (1 running)" in out and "sessions    1 of 900 (0%)" in out and "0.20/s of 25/s (1%)" in out
     assert "p50 50.00 s, p99 99.00 s" in out and "StuckRollouts ALARM" in out
 
 
-def test_top_names_the_latest_failures_of_the_rollouts_that_left_flight(descriptor, client, backend):
-    # GIVEN two rollouts in flight, seen by a watch
+def test_status_names_the_latest_failures_from_what_is_stored_whoever_watched(descriptor, client, backend):
+    # GIVEN three rollouts in flight: one ends agent_error and the table marks it finished (status, time), one
+    # ends cancelled but the table still lists it running (the finisher not there yet), one succeeds
     futures = [
-        client.invoke({"end_as": status}, input_id=f"q{i}") for i, status in enumerate(("agent_error", "succeeded"))
+        client.invoke({"end_as": status}, input_id=f"q{i}")
+        for i, status in enumerate(("agent_error", "cancelled", "succeeded"))
     ]
-    requests = [r for r in backend.receive(2) if isinstance(r, DispatchRequest)]
+    requests = [r for r in backend.receive(3) if isinstance(r, DispatchRequest)]
     for future in futures:
         _in_flight(descriptor, future.session_id)
-    watch = Watch(descriptor)
-    assert watch.snapshot().sessions == 2
-    # WHEN both end (one with an agent error) and the watch refreshes
     for request in requests:
         backend.complete(request)
-        _in_flight(descriptor, request.session_id, holds=False)
-    snapshot = watch.snapshot()
-    # THEN only the failure is listed, with its reason
-    assert snapshot.sessions == 0
-    assert [(f.session_id, f.status, f.reason) for f in snapshot.latest_failures] == [
-        (futures[0].session_id, "agent_error", "boom")
+    _finished(descriptor, requests[0].session_id, "agent_error")
+    _in_flight(descriptor, requests[2].session_id, holds=False)
+    # WHEN a one-shot view is read (no watch saw them end)
+    snapshot = Watch(descriptor).snapshot()
+    # THEN both failures are listed with their reasons, newest first, read from the stored results; the one the
+    # table still lists is counted ended, not in flight
+    assert {(f.session_id, f.status, f.reason) for f in snapshot.latest_failures} == {
+        (futures[0].session_id, "agent_error", "boom"),
+        (futures[1].session_id, "cancelled", "cancelled"),
+    }
+    assert snapshot.in_flight == {} and snapshot.ended_unmarked == 1 and snapshot.failures_complete
+
+
+def test_status_json_gives_the_failures_to_a_script(descriptor, client, backend, capsys):
+    future = client.invoke({"end_as": "agent_error"}, input_id="q1")
+    (request,) = backend.receive(1)
+    backend.complete(request)
+    _finished(descriptor, future.session_id, "agent_error")
+    assert main(["status", descriptor.exp_id, "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["latest_failures"] == [
+        {"session_id": future.session_id, "input_id": "q1", "status": "agent_error", "reason": "boom"}
     ]
