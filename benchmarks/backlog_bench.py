@@ -68,6 +68,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         agent_command=(sys.executable, str(SCRIPTED_AGENT)),
         gateway=False,
         sweep_interval_s=args.sweep_interval,
+        finisher_environments=getattr(args, "finishers", 1),
         **quotas,
     )
     rng = random.Random(args.seed)
