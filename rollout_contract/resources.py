@@ -166,8 +166,12 @@ class ExperimentResources(NamedTuple):
             ),
             # Trainer processes sharing an experiment hand back each other's messages (visibility 0),
             # which counts as a receive: the redrive threshold is SQS's maximum.
+            # Retention: an hour. A running trainer reads its events within seconds; one that restarts reads the
+            # stored results when it attaches, not the events; one stopped longer resolves its futures from S3 at
+            # their deadlines. So an event no trainer of ours reads (an experiment used only by ART's own client,
+            # which HEAD-polls S3) expires within the hour instead of sitting 7 days (D93).
             completion_queue=QueueSpec(
-                name("completion_queue"), visibility_timeout_s=60, retention_s=7 * _DAY_S, max_receive_count=1000
+                name("completion_queue"), visibility_timeout_s=60, retention_s=3600, max_receive_count=1000
             ),
             # Visibility: 6x the finisher's 60 s timeout.
             finisher_queue=QueueSpec(

@@ -88,3 +88,10 @@ def test_the_result_rule_matches_only_the_experiments_prefix_in_its_bucket() -> 
         "detail-type": ["Object Created"],
         "detail": {"bucket": {"name": ["bucket-1"]}, "object": {"key": [{"prefix": "exp-a/"}]}},
     }
+
+
+def test_completion_events_no_trainer_reads_expire_within_the_hour():
+    # GIVEN an experiment whose results only ART's own client reads (it reads no event; D93)
+    resources = ExperimentResources.for_experiment("art-only")
+    # THEN its result events leave the completion queue within an hour, not after 7 days
+    assert resources.completion_queue.retention_s == 3600
