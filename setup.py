@@ -16,7 +16,7 @@ TWIN_TOPS = ("local_stack", "lambdas", "examples") if (HERE / TWIN).is_dir() els
 
 setup(
     packages=[
-        *find_packages(where=HERE, include=["rollout_contract*", "agent_app*", "trainer_client*"]),
+        *find_packages(where=HERE, include=["rollout_contract*", "rollout_budgets*", "agent_app*", "trainer_client*"]),
         *([TWIN] if TWIN_TOPS else []),
         *(f"{TWIN}.{name}" for name in find_packages(where=HERE, include=[f"{top}*" for top in TWIN_TOPS])),
     ],

@@ -35,9 +35,10 @@ import _results as results
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lambdas.dispatcher import DispatchOutcome, dispatch  # noqa: E402
-from lambdas.exceptions import NoTokenError, RequeueError  # noqa: E402
+from lambdas.exceptions import RequeueError  # noqa: E402
 from lambdas.observability import logger  # noqa: E402
 from lambdas.runtime import AwsClients, Runtime  # noqa: E402
+from rollout_budgets.errors import NoTokenError  # noqa: E402
 from rollout_contract.aws import ClientFactory  # noqa: E402
 from rollout_contract.messages import DispatchRequest  # noqa: E402
 from rollout_contract.resources import BUDGET_TABLE, ExperimentResources, HandlerSettings  # noqa: E402

@@ -1,8 +1,8 @@
 """The rollout Lambdas: one code package for all three, and one construct per function.
 
-The package is built offline, without Docker: ``lambdas/`` and ``rollout_contract/`` from source, plus the
-AWS SDK copied from this environment's installed distributions (pure Python), at the versions pinned in
-``requirements/functions.txt``. The Lambda runtime's own boto3 is never imported (``/var/task`` comes first
+The package is built offline, without Docker: ``lambdas/``, ``rollout_budgets/`` and ``rollout_contract/`` from
+source, plus the AWS SDK copied from this environment's installed distributions (pure Python), at the versions
+pinned in ``requirements/functions.txt``. The Lambda runtime's own boto3 is never imported (``/var/task`` comes first
 on ``sys.path``), so an operation the code calls (``StopRuntimeSession`` needs botocore 1.40.50) exists.
 Powertools and pydantic come from the public Powertools layer, pinned to the version the suite runs.
 """
@@ -25,7 +25,7 @@ from constructs import Construct
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 #: The only source folders the functions need; everything else (tests, .venv, node_modules) stays out.
-PACKAGED_FOLDERS = ("lambdas", "rollout_contract")
+PACKAGED_FOLDERS = ("lambdas", "rollout_budgets", "rollout_contract")
 PINS_FILE = PROJECT_ROOT / "requirements" / "functions.txt"
 POWERTOOLS = "aws-lambda-powertools"
 #: Python 3.14 on Graviton (docs/decisions.md, D13).

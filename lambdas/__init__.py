@@ -8,13 +8,15 @@ Handlers (one module each, ``handler(event, context)``):
 
 Shared pieces:
 
-- ``tps``: :class:`~lambdas.tps.TpsBudget`, reserved invoke slots per runtime endpoint in DynamoDB.
-- ``ledger``: :class:`~lambdas.ledger.Ledger`, the sessions table and the account's session-slot count.
-- ``acr``: :class:`~lambdas.acr.Acr`, the AgentCore Runtime data plane under the TPS budget.
+- ``tps``: :class:`~rollout_budgets.tps.TpsBudget`, reserved invoke slots per runtime endpoint in DynamoDB.
+- ``ledger``: :class:`~rollout_budgets.ledger.Ledger`, the sessions table and the account's session-slot count.
+- ``acr``: :class:`~rollout_budgets.acr.Acr`, the AgentCore Runtime data plane under the TPS budget.
 - ``store``: :class:`~lambdas.store.ResultStore`, terminal results written first-writer-wins.
 - ``finishing``: :func:`~lambdas.finishing.finish_rollout`, the one way a rollout becomes finished.
 - ``runtime``: :class:`~lambdas.runtime.Runtime`, settings and clients built once per process.
-- ``exceptions``: what the pieces raise.
+- ``exceptions``: what the pieces raise besides the budgets' errors.
+
+The budgets (TPS, session slots, ACR calls) are ``rollout_budgets``, which the trainer's sandbox client uses too.
 
 Importing any module needs no environment; settings are read on the first handler call.
 """

@@ -3,7 +3,7 @@
 A start message walks a rollout through the sessions table: ``queued`` (recorded) -> ``admitted`` (holds
 a session slot, leased to one dispatcher, the attempt counted) -> ``running`` (the invoke was accepted).
 On a first receive with a free slot, recording and admitting are one transaction that creates the item
-admitted (:meth:`~lambdas.ledger.Ledger.start`); the happy path is that transaction, an invoke token and
+admitted (:meth:`~rollout_budgets.ledger.Ledger.start`); the happy path is that transaction, an invoke token and
 the ``running`` write. Every step is a conditional write keyed on the session id, so a redelivered
 message, or one redelivered after a crash between two steps, never starts a second rollout: a rollout
 that is running or finished, or whose result object exists, is not invoked again. A start that creates
@@ -12,7 +12,7 @@ writer of a result leaves the item first (a cancel marks it, the dispatcher and 
 results only for recorded rollouts, the agent only after an invoke), and an item outlives every message
 of its rollout (its TTL is 7 days after the deadline or the end; the dispatch queue keeps messages 4 days).
 
-A start that finds every session slot taken waits for one in the function (:mod:`lambdas.slot_wait`: one
+A start that finds every session slot taken waits for one in the function (:mod:`rollout_budgets.slot_wait`: one
 read of the slot count per poll for the whole batch, the admission as soon as a read sees a slot free),
 bounded by the function's time left and the rollout's start limit, as an invoke waits for its token. A
 first receive writes nothing while it waits (its admission is the same start transaction, tried again)
@@ -40,11 +40,12 @@ from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
 from lambdas._batch import ConcurrentBatchProcessor, handle_sqs_batch
-from lambdas.exceptions import AcrCallError, FinalAcrError, NoTokenError, RequeueError, RetryableAcrError
+from lambdas.exceptions import RequeueError
 from lambdas.finishing import stop_session
-from lambdas.ledger import Admission, Recorded
 from lambdas.observability import add_metric, emit_with_dimensions, lambda_entry_point, logger
 from lambdas.runtime import current_runtime
+from rollout_budgets.errors import AcrCallError, FinalAcrError, NoTokenError, RetryableAcrError
+from rollout_budgets.ledger import Admission, Recorded
 from rollout_contract import metrics as names
 from rollout_contract.aws import error_code
 from rollout_contract.ids import split_exp_id, validate_input_id, validate_rollout_session_id
@@ -58,8 +59,8 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-    from lambdas.ledger import Started
     from lambdas.runtime import Runtime
+    from rollout_budgets.ledger import Started
     from rollout_contract.sessions import SessionRecord
 
 #: Records of one batch dispatched in parallel.
@@ -74,7 +75,7 @@ RETRY_CAP_S = 300.0
 QUICK_SLOT_RETRIES = 5
 SLOT_WAIT_CAP_S = 30.0
 #: Time an invocation keeps after waiting for a session slot: the invoke token's wait
-#: (:data:`lambdas.acr.INVOKE_WAIT_S`), the invoke, the writes and the visibility changes of the batch.
+#: (:data:`rollout_budgets.acr.INVOKE_WAIT_S`), the invoke, the writes and the visibility changes of the batch.
 SLOT_WAIT_RESERVE_S = 15.0
 #: Delay after losing a race with another copy of the same message.
 RACE_DELAY_S = 1.0
@@ -135,7 +136,7 @@ def dispatch(
     """Start one rollout at most once, within the session and TPS budgets.
 
     A first receive that is in time and whose payload is usable is recorded, admitted and counted in one
-    transaction (:meth:`~lambdas.ledger.Ledger.start`, tried again after each wait for a slot); anything else
+    transaction (:meth:`~rollout_budgets.ledger.Ledger.start`, tried again after each wait for a slot); anything else
     goes the step-by-step way. A rollout that finds no free session slot waits for one in the function until
     ``slot_wait_until`` (Unix time; ``None``: no wait), never past its start limit.
 

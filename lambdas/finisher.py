@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-    from lambdas.ledger import Transition
     from lambdas.runtime import Runtime
+    from rollout_budgets.ledger import Transition
 
 
 def finish_event(body: str, rt: Runtime) -> Transition | None:

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from lambdas.exceptions import FinalAcrError, NoTokenError
-from lambdas.ledger import Transition
 from lambdas.observability import add_metric, emit_with_dimensions, logger
+from rollout_budgets.errors import FinalAcrError, NoTokenError
+from rollout_budgets.ledger import Transition
 from rollout_contract import metrics as names
 from rollout_contract.ids import RUN_SEPARATOR
 from rollout_contract.results import Status

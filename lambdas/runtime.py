@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, NamedTuple
 import boto3
 import botocore
 
-from lambdas.acr import Acr
-from lambdas.ledger import Ledger
 from lambdas.observability import bind_experiment, logger
-from lambdas.slot_wait import SlotWaiter
 from lambdas.store import ResultStore
-from lambdas.tps import TpsBudget
+from rollout_budgets.acr import Acr
+from rollout_budgets.ledger import Ledger
+from rollout_budgets.slot_wait import SlotWaiter
+from rollout_budgets.tps import TpsBudget
 from rollout_contract.aws import ClientFactory
 from rollout_contract.resources import HANDLER_ENV_PREFIX, ExperimentResources, HandlerSettings
 
@@ -49,7 +49,7 @@ class AwsClients(NamedTuple):
     @classmethod
     def build(cls, factory: ClientFactory | None = None) -> AwsClients:
         """Build the clients (the process's region and credentials unless ``factory`` says otherwise);
-        ``bedrock-agentcore`` never retries on its own (see ``lambdas.acr``)."""
+        ``bedrock-agentcore`` never retries on its own (see ``rollout_budgets.acr``)."""
         factory = factory or ClientFactory()
         session = factory.session()
         return cls(

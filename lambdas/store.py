@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from lambdas.conditional import PRECONDITION_FAILED, conditional_write
+from rollout_budgets.conditional import PRECONDITION_FAILED, conditional_write
 from rollout_contract.results import RolloutResult
 
 if TYPE_CHECKING:

@@ -26,11 +26,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lambdas.exceptions import NoTokenError, RetryableAcrError
 from lambdas.finishing import DEADLINE_EXCEEDED, end_sandbox, finish_rollout
-from lambdas.ledger import Reconciliation, Transition
 from lambdas.observability import add_metric, lambda_entry_point, logger
 from lambdas.runtime import current_runtime
+from rollout_budgets.errors import NoTokenError, RetryableAcrError
+from rollout_budgets.ledger import Reconciliation, Transition
 from rollout_contract import metrics as names
 from rollout_contract.keys import ResultKey
 from rollout_contract.results import ErrorInfo, RolloutResult, Status, Timings

@@ -2,7 +2,7 @@
 
 Each :class:`Move` says which states a rollout may leave and which it enters, who makes the move, on what
 condition, how the account's session-slot count changes and which result is stored with it. The ledger
-(``lambdas.ledger``) builds every write's DynamoDB condition and state change from its row, so a rollout
+(``rollout_budgets.ledger``) builds every write's DynamoDB condition and state change from its row, so a rollout
 moves only as :data:`MOVES` lists; ``docs/architecture.md`` shows :func:`markdown_table` (a test checks it).
 
 A move's ``guard`` is a DynamoDB condition over the item besides its state: ``#name`` stands for the

@@ -24,9 +24,9 @@ from urllib.parse import unquote, urlsplit
 import pytest
 from moto import mock_aws
 
-from lambdas.ledger import Recorded
 from lambdas.observability import metrics
 from lambdas.runtime import AwsClients, Runtime, current_runtime
+from rollout_budgets.ledger import Recorded
 from rollout_contract.aws import ClientFactory
 from rollout_contract.budgets import ATTR_NEXT_AT, tps_budget_id
 from rollout_contract.messages import CancelRequest, DispatchRequest

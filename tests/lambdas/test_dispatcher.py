@@ -11,7 +11,7 @@ import pytest
 from lambdas import dispatcher, finisher
 from lambdas.dispatcher import DispatchOutcome, dispatch, retry_delay_s
 from lambdas.exceptions import RequeueError
-from lambdas.ledger import Admission
+from rollout_budgets.ledger import Admission
 from rollout_contract.budgets import ATTR_NEXT_AT, tps_budget_id
 from rollout_contract.keys import payload_ref_key
 from rollout_contract.protocol import (

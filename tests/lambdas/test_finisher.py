@@ -10,8 +10,8 @@ import pytest
 
 from lambdas import finisher
 from lambdas.dispatcher import DispatchOutcome, cancel, dispatch
-from lambdas.ledger import Transition
 from lambdas.runtime import current_runtime
+from rollout_budgets.ledger import Transition
 from rollout_contract.keys import payload_ref_key
 from rollout_contract.messages import DispatchRequest
 from rollout_contract.protocol import RESOURCE_NOT_FOUND, THROTTLING

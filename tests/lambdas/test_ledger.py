@@ -7,7 +7,7 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 
-from lambdas.ledger import Admission, Ledger, Transition
+from rollout_budgets.ledger import Admission, Ledger, Transition
 from rollout_contract.resources import SESSIONS_PARTITION_KEY
 from rollout_contract.results import Status
 from rollout_contract.retry import TRANSACTION_CONFLICTS

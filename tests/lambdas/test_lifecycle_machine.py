@@ -23,10 +23,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from lambdas.dispatcher import cancel, dispatch
-from lambdas.exceptions import AcrCallError, NoTokenError, RequeueError
+from lambdas.exceptions import RequeueError
 from lambdas.finishing import finish_rollout
 from lambdas.runtime import Runtime
 from lambdas.sweeper import sweep
+from rollout_budgets.errors import AcrCallError, NoTokenError
 from rollout_contract.lifecycle import HOLDING_SLOT, allowed
 from rollout_contract.messages import DispatchRequest
 from rollout_contract.protocol import INTERNAL_SERVER, THROTTLING, VALIDATION

@@ -16,9 +16,9 @@ import pytest
 
 from lambdas import _batch, dispatcher
 from lambdas.dispatcher import DispatchOutcome, dispatch
-from lambdas.ledger import Ledger
-from lambdas.slot_wait import SlotWaiter
 from local_stack.worker import LambdaContext
+from rollout_budgets.ledger import Ledger
+from rollout_budgets.slot_wait import SlotWaiter
 from rollout_contract.messages import DispatchRequest
 from rollout_contract.results import Status
 from rollout_contract.sessions import SessionState

@@ -14,9 +14,9 @@ import pytest
 
 from lambdas import finisher, sweeper
 from lambdas.dispatcher import DispatchOutcome, dispatch
-from lambdas.ledger import STALE_EXPERIMENT_S, Transition
 from lambdas.runtime import Runtime, current_runtime
 from lambdas.sweeper import SWEEP_WORKERS, TIME_MARGIN_S, sweep
+from rollout_budgets.ledger import STALE_EXPERIMENT_S, Transition
 from rollout_contract.budgets import SESSION_BUDGET_ID, held_attribute, seen_attribute
 from rollout_contract.messages import DispatchRequest
 from rollout_contract.metrics import OVERDUE_GRACE_S

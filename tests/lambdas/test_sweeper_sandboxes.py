@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 
 from lambdas import sweeper
-from lambdas.ledger import Admission
 from lambdas.sweeper import sweep
+from rollout_budgets.ledger import Admission
 from rollout_contract.results import Status
 from rollout_contract.sandbox import new_sandbox_session_id
 from rollout_contract.sessions import SessionState

@@ -10,8 +10,8 @@ from typing import Any
 import boto3
 import pytest
 
-from lambdas.exceptions import NoTokenError
-from lambdas.tps import IDLE_WINDOW_S, TPS_HEADROOM, TpsBudget
+from rollout_budgets.errors import NoTokenError
+from rollout_budgets.tps import IDLE_WINDOW_S, TPS_HEADROOM, TpsBudget
 from rollout_contract.resources import BUDGET_TABLE
 from tests.lambdas.conftest import RUNTIME_ARN, CallCounter
 

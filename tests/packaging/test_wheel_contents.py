@@ -20,7 +20,7 @@ import pytest
 pytestmark = pytest.mark.packaging
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ("rollout_contract", "agent_app", "trainer_client")
+PRODUCT = ("rollout_contract", "rollout_budgets", "agent_app", "trainer_client")
 TWIN = "agentcore_rollouts_local"
 
 

@@ -12,9 +12,6 @@ sweeper stops every sandbox at its deadline.
   :class:`SandboxProtocolError`, :class:`SandboxEndedError`, :class:`SandboxCapacityError`.
 """
 
-# The budgets are the Lambdas' own code (``lambdas.ledger``, ``lambdas.tps``; D71), which installs inside
-# agentcore_rollouts_local (D80): importing it puts them on sys.path. To move into a product package.
-import agentcore_rollouts_local  # noqa: F401
 from trainer_client.sandbox._client import ExecHandle, Sandbox, SandboxClient
 from trainer_client.sandbox._types import (
     ExecError,

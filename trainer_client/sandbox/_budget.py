@@ -1,12 +1,12 @@
-"""A sandbox's session slot and invoke tokens, taken through the experiment functions' own budget code (D70).
+"""A sandbox's session slot and invoke tokens, taken with the budget code the experiment's functions use (D70, D94).
 
 Sandbox calls are synchronous (a command's result is the invoke's answer), so they cannot ride the dispatch
 queue; the trainer takes what a dispatcher would, with the same code on the same DynamoDB items: the slot with
-``lambdas.ledger.Ledger`` (one transaction that records the sandbox in the sessions table and counts it in the
-account-wide session budget; its deadline is then the sweeper's business), each call's token with
-``lambdas.tps.TpsBudget`` through ``lambdas.acr.Acr`` (invokes reserve at most 1 s ahead, so the functions'
-stops keep precedence). The trainer role's grants for this are scoped to sandbox keys and those two budget
-items (``infra/trainer_access.py``).
+``rollout_budgets.ledger.Ledger`` (one transaction that records the sandbox in the sessions table and counts it in
+the account-wide session budget; its deadline is then the sweeper's business), each call's token with
+``rollout_budgets.tps.TpsBudget`` through ``rollout_budgets.acr.Acr`` (invokes reserve at most 1 s ahead, so the
+functions' stops keep precedence). The trainer role's grants for this are scoped to sandbox keys and those two
+budget items (``infra/trainer_access.py``).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lambdas.acr import Acr
-from lambdas.exceptions import AcrCallError, NoTokenError, RetryableAcrError
-from lambdas.ledger import Admission, Ledger, Transition
-from lambdas.slot_wait import SlotWaiter
-from lambdas.tps import TpsBudget
+from rollout_budgets.acr import Acr
+from rollout_budgets.errors import AcrCallError, NoTokenError, RetryableAcrError
+from rollout_budgets.ledger import Admission, Ledger, Transition
+from rollout_budgets.slot_wait import SlotWaiter
+from rollout_budgets.tps import TpsBudget
 from rollout_contract.keys import ResultKey
 from rollout_contract.protocol import RETRYABLE_ERROR_CODES
 from rollout_contract.results import Status
@@ -56,7 +56,8 @@ class StillRunning(Exception):
 
 @dataclass(frozen=True)
 class SandboxStart:
-    """What the sessions table records when a sandbox takes its slot (``lambdas.ledger.Ledger.start``'s arguments)."""
+    """What the sessions table records when a sandbox takes its slot (``rollout_budgets.ledger.Ledger.start``'s
+    arguments)."""
 
     exp_id: str
     input_id: str

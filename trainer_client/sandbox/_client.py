@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from lambdas.exceptions import AcrCallError, NoTokenError
+from rollout_budgets.errors import AcrCallError, NoTokenError
 from rollout_contract.aws import ClientFactory
 from rollout_contract.ids import SESSION_ID_MAX_LENGTH, SESSION_ID_MIN_LENGTH, join_exp_id, validate_input_id
 from rollout_contract.invocations import (

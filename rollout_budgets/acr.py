@@ -12,8 +12,8 @@ until one is (up to ``invoke_wait_s``, 5 s) rather than going back to its queue 
 at least a second of SQS visibility and several writes, which left most of the budget unused under a
 backlog.
 
-Errors become :class:`~lambdas.exceptions.RetryableAcrError` (``RETRYABLE_ERROR_CODES``, any 5xx, and
-transport failures) or :class:`~lambdas.exceptions.FinalAcrError`. The client must not retry by itself
+Errors become :class:`~rollout_budgets.errors.RetryableAcrError` (``RETRYABLE_ERROR_CODES``, any 5xx, and
+transport failures) or :class:`~rollout_budgets.errors.FinalAcrError`. The client must not retry by itself
 (``ClientFactory.client(..., single_attempt=True)``): a hidden retry would be an invoke outside the budget.
 """
 
@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lambdas.exceptions import AcrCallError, FinalAcrError, RetryableAcrError
+from rollout_budgets.errors import AcrCallError, FinalAcrError, RetryableAcrError
 from rollout_contract.aws import error_code, error_message, http_status
 from rollout_contract.protocol import RESOURCE_NOT_FOUND, RETRYABLE_ERROR_CODES
 
 if TYPE_CHECKING:
     from types_boto3_bedrock_agentcore import BedrockAgentCoreClient
 
-    from lambdas.tps import TpsBudget
+    from rollout_budgets.tps import TpsBudget
 
 _CONTENT_TYPE = "application/json"
 _SERVICE_ID = "bedrock-agentcore"

@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from lambdas.conditional import conditional_write, n
-from lambdas.exceptions import NoTokenError
+from rollout_budgets.conditional import conditional_write, n
+from rollout_budgets.errors import NoTokenError
 from rollout_contract.budgets import ATTR_NEXT_AT, tps_budget_id
 from rollout_contract.resources import BUDGET_PARTITION_KEY, TTL_ATTRIBUTE
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from botocore.exceptions import ClientError
 
-from lambdas.conditional import conditional_write, n, s
+from rollout_budgets.conditional import conditional_write, n, s
 from rollout_contract.aws import error_reasons
 from rollout_contract.budgets import (
     ATTR_TOTAL,
