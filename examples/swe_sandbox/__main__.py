@@ -1,4 +1,4 @@
-"""``python -m examples.swe_sandbox [--experiment NAME] [--group-size 4] [--seed 0]``: GRPO groups in sandboxes.
+"""``.venv-demo/bin/python -m examples.swe_sandbox [--experiment NAME] [--group-size 4]``: GRPO groups in sandboxes.
 
 Each task gets a group of episodes, each in its own sandbox (its own session, slot and deadline), run at once;
 the group's rewards become advantages as in training (``trainer_client.group_advantages``). Without

@@ -85,12 +85,14 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = 20.0) -> bool:
 def run_doc_block(doc: Path, name: str, cwd: Path, timeout_s: float = 900) -> subprocess.CompletedProcess[str]:
     """Run the bash block after ``<!-- test: NAME -->`` in ``doc`` as written, stopping at its first failing command.
 
-    It runs in ``cwd`` laid out as the repository root (``.venv``, ``examples`` and ``local_stack`` linked there)
-    with no ``AWS_*`` variables of ours; a local stack it left up is stopped afterwards.
+    It runs in ``cwd`` laid out as the repository root (``.venv-demo``, the environment ``make demo`` builds, with
+    ``examples`` and ``local_stack`` linked there; ``.venv`` too) with no ``AWS_*`` variables of ours; a local stack
+    it left up is stopped afterwards. Skips without ``.venv-demo`` (``make demo-env`` builds it).
     """
     found = re.search(rf"<!-- test: {name} -->\n```bash\n(.*?)```", doc.read_text(), re.DOTALL)
     assert found is not None, f"{doc.relative_to(PROJECT_ROOT)} lost its tested block {name!r}"
-    for link in (".venv", "examples", "local_stack"):
+    demo_python()
+    for link in (".venv", DEMO_VENV, "examples", "local_stack"):
         (cwd / link).symlink_to(PROJECT_ROOT / link)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     try:
@@ -105,6 +107,18 @@ def run_doc_block(doc: Path, name: str, cwd: Path, timeout_s: float = 900) -> su
         )
     finally:
         subprocess.run([".venv/bin/rollouts", "local", "down"], cwd=cwd, env=env, capture_output=True, check=False)
+
+
+#: The light environment ``make demo`` builds; the docs' local commands run from it.
+DEMO_VENV = ".venv-demo"
+
+
+def demo_python() -> Path:
+    """``.venv-demo/bin/python``; the test skips, saying how to build it, when ``make demo-env`` has not run."""
+    python = PROJECT_ROOT / DEMO_VENV / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"no {DEMO_VENV}: the docs' local commands run from the demo environment (`make demo-env`)")
+    return python
 
 
 def headless_browser() -> str:

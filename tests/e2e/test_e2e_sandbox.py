@@ -19,7 +19,7 @@ from typing import Any
 import boto3
 import httpx
 import pytest
-from e2e_support import HERE, serving, wait_until
+from e2e_support import HERE, demo_python, serving, wait_until
 from iam_support import start_synth, synthesized
 
 from examples.swe_sandbox.loop import run_episode
@@ -198,8 +198,9 @@ def test_the_readmes_swe_example_runs_grpo_groups_in_sandboxes_on_a_local_stack(
     found = re.search(r"<!-- test: swe-sandbox -->\n```bash\n(.*?)\n```", (PROJECT_ROOT / "README.md").read_text())
     assert found is not None, "README.md lost its tested block swe-sandbox"
     command = found.group(1).split()
-    assert command[:3] == ["python", "-m", "examples.swe_sandbox"]
-    done = subprocess.run([sys.executable, *command[1:]], capture_output=True, text=True, timeout=300, cwd=PROJECT_ROOT)
+    assert command[:3] == [".venv-demo/bin/python", "-m", "examples.swe_sandbox"]
+    done = subprocess.run([str(demo_python()), *command[1:]], capture_output=True, text=True, timeout=300,
+                          cwd=PROJECT_ROOT)  # fmt: skip
     # THEN each task's group has a reward per episode and their advantages
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
