@@ -31,7 +31,7 @@ Config file (JSON; every field but ``runtimes[].arn`` and ``runtimes[].command``
         "qualifiers": ["DEFAULT"],          # endpoint names accepted in ?qualifier=
         "idle_timeout_s": 900, "max_lifetime_s": 28800, "startup_limit_s": 60,
         "invoke_timeout_s": 900, "stop_grace_s": 5, "ping_interval_s": 2,
-        "invoke_tps": 25,                   # token bucket (burst = 1 s worth); invokes and stops spend it
+        "invoke_tps": 25,                   # per endpoint (qualifier): token bucket (burst 1 s), invokes and stops
         "warm_pool_size": 0,                # fresh, never-used processes kept ready
         "cold_start_delay": {"min_s": 0, "max_s": 0},  # injected before each process start
         "preload": []                       # modules to import once in a fork-server template; [] = off

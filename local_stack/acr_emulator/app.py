@@ -72,7 +72,7 @@ def create_app(config: EmulatorConfig) -> Starlette:
             body = await _read_body(request, config.max_payload_bytes)
             runtime = _runtime(config, request)
             session_id = _session_id(request)
-            manager.take_token(runtime)
+            manager.take_token(runtime, _qualifier(request))
             manager.record_invoke(runtime)
             new_session = not manager.has_session(runtime, session_id)
             session = await manager.acquire(runtime, session_id)
@@ -88,7 +88,7 @@ def create_app(config: EmulatorConfig) -> Starlette:
         try:
             runtime = _runtime(config, request)
             session_id = _session_id(request)
-            manager.take_token(runtime)
+            manager.take_token(runtime, _qualifier(request))
             await manager.stop(runtime, session_id)
         except EmulatorError as e:
             return e.to_response()
@@ -149,13 +149,18 @@ def create_app(config: EmulatorConfig) -> Starlette:
     return app
 
 
+def _qualifier(request: Request) -> str:
+    """The endpoint a data-plane request names (``DEFAULT`` when it names none, as in ACR)."""
+    return request.query_params.get("qualifier", DEFAULT_QUALIFIER)
+
+
 def _runtime(config: EmulatorConfig, request: Request) -> RuntimeConfig:
     arn = request.path_params["arn"]
     runtime = config.runtime(arn)
     if runtime is None:
         hosted = ", ".join(r.arn for r in config.runtimes)
         raise NotFoundError(f"AgentRuntime {arn} not found; the emulator hosts: {hosted}")
-    qualifier = request.query_params.get("qualifier", DEFAULT_QUALIFIER)
+    qualifier = _qualifier(request)
     if qualifier not in runtime.qualifiers:
         raise NotFoundError(f"endpoint {qualifier!r} of {arn} not found; it has: {', '.join(runtime.qualifiers)}")
     return runtime

@@ -83,6 +83,7 @@ class RuntimeConfig(BaseModel):
     invoke_timeout_s: float = Field(default=SYNC_INVOKE_LIMIT_S, gt=0)
     stop_grace_s: float = Field(default=5.0, ge=0)
     ping_interval_s: float = Field(default=2.0, gt=0)
+    #: Invokes and stops per second per endpoint (qualifier), as ACR counts them.
     invoke_tps: float = Field(default=DEFAULT_INVOKE_TPS, gt=0)
     warm_pool_size: int = Field(default=0, ge=0)
     cold_start_delay: ColdStartDelay = ColdStartDelay()

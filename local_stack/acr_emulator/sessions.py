@@ -126,7 +126,8 @@ class SessionManager:
         self.counters: Counter[str] = Counter(dict.fromkeys(_COUNTERS, 0))
         self._sessions: dict[tuple[str, str], Session] = {}
         self._ended: deque[Session] = deque(maxlen=config.ended_sessions_kept)
-        self._buckets = {r.arn: TokenBucket(r.invoke_tps) for r in config.runtimes}
+        #: One bucket per endpoint (runtime ARN, qualifier): ACR counts invocations per endpoint.
+        self._buckets = {(r.arn, q): TokenBucket(r.invoke_tps) for r in config.runtimes for q in r.qualifiers}
         #: A throttle storm: until when, and the lowered shared bucket (see :meth:`throttle`).
         self._storm: tuple[float, TokenBucket] | None = None
         self._invocations = {r.arn: deque[float](maxlen=config.invocation_log_size) for r in config.runtimes}
@@ -165,19 +166,21 @@ class SessionManager:
         for fork_server in self._fork_servers.values():
             fork_server.kill_now()
 
-    def take_token(self, runtime: RuntimeConfig) -> None:
-        """Spend one of the runtime's data-plane tokens (invoke or stop).
+    def take_token(self, runtime: RuntimeConfig, qualifier: str) -> None:
+        """Spend one of endpoint ``qualifier``'s data-plane tokens (invoke or stop); each endpoint has its own rate.
 
         Raises:
-            ThrottledError: the runtime's rate is exhausted.
+            ThrottledError: the endpoint's rate is exhausted.
         """
         storm = self._storm
         if storm is not None and time.monotonic() >= storm[0]:
             storm = self._storm = None
-        bucket = storm[1] if storm is not None else self._buckets[runtime.arn]
+        bucket = storm[1] if storm is not None else self._buckets[(runtime.arn, qualifier)]
         if not bucket.try_take():
             self.counters["throttles"] += 1
-            raise ThrottledError(f"Rate exceeded: {bucket.rate:g} requests per second for {runtime.arn}")
+            raise ThrottledError(
+                f"Rate exceeded: {bucket.rate:g} requests per second for endpoint {qualifier} of {runtime.arn}"
+            )
 
     def throttle(self, invoke_tps: float, seconds: float) -> None:
         """Lower every runtime's invoke (and stop) rate to ``invoke_tps`` in total for ``seconds`` (a fault)."""

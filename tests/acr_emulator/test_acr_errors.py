@@ -157,3 +157,26 @@ def test_a_throttle_storm_lowers_the_invoke_rate_for_a_while(client, emulator, s
     assert admin(emulator.url, "stats")["counters"]["throttle_storms"] == 1
     bad = httpx.post(f"{emulator.url}/_admin/throttle", json={"invoke_tps": 0}, timeout=5)
     assert bad.status_code == 400
+
+
+def test_each_endpoint_has_its_own_invoke_rate(make_client):
+    # GIVEN a runtime of 1 invoke/s per endpoint, with two endpoints
+    runtime = RuntimeConfig(
+        arn=arn("endpoints"),
+        command=(sys.executable, str(AGENTS / "stdlib_agent.py")),
+        qualifiers=("DEFAULT", "second"),
+        invoke_tps=1,
+    )
+    with start_emulator(EmulatorConfig(runtimes=(runtime,))) as emulator:
+        client = make_client(emulator.url)
+        first, second = new_session_id(), new_session_id()
+        # WHEN the first endpoint's token is spent and both are invoked at once
+        invoke_json(client, runtime.arn, first)
+        error = _invoke_error(client, runtime.arn, first)
+        # THEN the first is throttled (429) and the second endpoint still takes its own invoke
+        _assert_acr_error(error, "ThrottlingException", 429)
+        assert "endpoint DEFAULT" in error.response["Error"]["Message"]
+        answer = client.invoke_agent_runtime(
+            agentRuntimeArn=runtime.arn, runtimeSessionId=second, qualifier="second", payload=b"{}"
+        )
+        assert json.loads(answer["response"].read())["session_id"] == second
