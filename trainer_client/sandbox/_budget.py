@@ -15,10 +15,13 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rollout_budgets.acr import Acr
+from botocore.exceptions import BotoCoreError, ClientError
+
+from rollout_budgets.acr import Acr, classify
 from rollout_budgets.errors import AcrCallError, NoTokenError, RetryableAcrError
 from rollout_budgets.ledger import Admission, Ledger, Transition
 from rollout_budgets.slot_wait import SlotWaiter
@@ -35,7 +38,7 @@ if TYPE_CHECKING:
 
     from rollout_contract import ExperimentDescriptor
 
-__all__ = ["SandboxBudget", "SandboxStart", "StillRunning"]
+__all__ = ["DirectCalls", "SandboxBudget", "SandboxStart", "StillRunning"]
 
 logger = logging.getLogger("trainer_client.sandbox")
 
@@ -150,7 +153,11 @@ class SandboxBudget:
     def mark_running(self, session_id: str, *, started_at: float, deadline_at: float) -> bool:
         """Give the started sandbox its deadline; ``False`` when it ended meanwhile (the sweeper stopped it)."""
         return self.ledger.mark_running(
-            session_id, owner=self.trainer_id, dispatched_at=started_at, deadline_at=deadline_at
+            session_id,
+            owner=self.trainer_id,
+            dispatched_at=started_at,
+            deadline_at=deadline_at,
+            endpoint=self.acr.qualifier,
         )
 
     def call(self, session_id: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -214,6 +221,67 @@ class SandboxBudget:
                 return self.acr.invoke(session_id, body, slot_start=self.acr.reserve_invoke())
             except NoTokenError as exc:
                 self._sleep(exc.retry_after_s)
+
+
+class DirectCalls(SandboxBudget):
+    """The session calls of a sandbox on a runtime that is none of our experiments' (ART's case): no budgets.
+
+    No session slot is taken and no invoke token spent (ACR's own quotas apply), nothing is recorded in a sessions
+    table, and no sweeper stops a sandbox at its deadline: :meth:`terminate` (or leaving ``with``) is the only stop,
+    as in ART. Calls are retried as :class:`SandboxBudget`'s are (throttled, a cold start, 5xx).
+    """
+
+    def __init__(
+        self,
+        agentcore: BedrockAgentCoreClient,
+        *,
+        runtime_arn: str,
+        qualifier: str,
+        attempts: int = CALL_ATTEMPTS,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if attempts < 1:
+            raise ValueError(f"max_retry_attempts must be at least 1, got {attempts}")
+        self._agentcore = agentcore
+        self._target = {"agentRuntimeArn": runtime_arn, "qualifier": qualifier}
+        self._retry = RetryPolicy(attempts=attempts, base_delay_s=_BACKOFF_BASE_S, max_delay_s=_BACKOFF_MAX_S)
+        self._clock, self._sleep = clock, sleep
+
+    def admit(self, start: SandboxStart, *, until: float) -> None:
+        """Nothing to take: no session budget covers this runtime."""
+
+    def mark_running(self, session_id: str, *, started_at: float, deadline_at: float) -> bool:
+        """Nothing to record: no sweeper watches this runtime's sessions."""
+        return True
+
+    def terminate(self, start_key: ResultKey) -> None:
+        """Stop the sandbox's session (never raises; a failure is logged, as nothing else will stop it)."""
+        self._stop(start_key.session_id)
+
+    def abandon(self, start_key: ResultKey) -> None:
+        """Stop whatever a failed start started (never raises)."""
+        self._stop(start_key.session_id)
+
+    def _stop(self, session_id: str) -> None:
+        try:
+            self._agentcore.stop_runtime_session(runtimeSessionId=session_id, **self._target)
+        except (ClientError, BotoCoreError) as exc:
+            logger.warning("could not stop sandbox %s (%s); no sweeper stops it on this runtime", session_id, exc)
+
+    def _invoke(self, session_id: str, body: bytes) -> bytes:
+        try:
+            response = self._agentcore.invoke_agent_runtime(
+                runtimeSessionId=session_id,
+                payload=body,
+                contentType="application/json",
+                accept="application/json",
+                **self._target,
+            )
+            with closing(response["response"]) as stream:
+                return bytes(stream.read())
+        except (ClientError, BotoCoreError) as exc:
+            raise classify(exc) from exc
 
 
 def _transient(exc: Exception) -> bool:

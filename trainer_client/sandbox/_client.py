@@ -13,6 +13,10 @@ with an :class:`ExecHandle`), ``sb.terminate()`` (or leaving ``with``) stops the
   (one more each time a call's read timeout ends), instead of polling: a command costs one invoke token, not
   one every two seconds, and a command longer than ACR's 15-minute request limit still ends in its result;
 - bad arguments fail before anything is sent (``TypeError`` / ``ValueError`` naming the field).
+
+On a runtime that is none of our experiments' (``SandboxClient(runtime_arn=...)`` of any sandbox runtime the caller
+may invoke, as in ART), the client says so once and works as ART's: no session or invoke budget, no sweeper
+deadline; ``terminate()`` is the only stop.
 """
 
 from __future__ import annotations
@@ -60,7 +64,8 @@ from rollout_contract.sandbox import (
 )
 from rollout_contract.sessions import SessionState
 from trainer_client._aws import load_descriptor
-from trainer_client.sandbox._budget import SandboxBudget, SandboxStart, StillRunning
+from trainer_client._exceptions import ExperimentNotFoundError
+from trainer_client.sandbox._budget import DirectCalls, SandboxBudget, SandboxStart, StillRunning
 from trainer_client.sandbox._types import (
     ExecError,
     ExecResult,
@@ -71,6 +76,7 @@ from trainer_client.sandbox._types import (
 )
 
 if TYPE_CHECKING:
+    from types_boto3_bedrock_agentcore import BedrockAgentCoreClient
     from types_boto3_ssm import SSMClient
 
     from rollout_contract import ExperimentDescriptor
@@ -79,6 +85,8 @@ __all__ = ["ExecHandle", "Sandbox", "SandboxClient"]
 
 logger = logging.getLogger("trainer_client.sandbox")
 
+#: The label sandboxes on a runtime that is none of our experiments' carry (no sessions table records them).
+_DIRECT_LABEL = "sandbox"
 #: ``result(timeout)`` polls as ART's client does: from 0.1 s, doubling to 2 s.
 _POLL_FIRST_S = 0.1
 _POLL_MAX_S = 2.0
@@ -87,9 +95,11 @@ _POLL_MAX_S = 2.0
 class SandboxClient:
     """Starts sandboxes on a sandbox experiment's runtime and attaches to live ones (ART's ``SandboxClient``).
 
-    ``SandboxClient(runtime_arn=...)`` works as ART's does for a runtime our stack deployed (the experiment is read
-    from the runtime's name, its descriptor from SSM); :meth:`for_experiment` takes the experiment's name (and
-    works on the local stack too).
+    ``SandboxClient(runtime_arn=...)`` works as ART's does on any sandbox runtime the caller may invoke. On one our
+    stack deployed (the experiment read from the runtime's name, its descriptor from SSM) the budgets and the
+    sweeper's deadline apply; on any other it logs a warning saying they do not, and calls the runtime directly
+    (:attr:`budgeted` is ``False``). :meth:`for_experiment` takes the experiment's name (and works on the local
+    stack too).
 
     Args:
         runtime_arn: the sandbox experiment's runtime.
@@ -107,9 +117,11 @@ class SandboxClient:
         descriptor: the experiment's descriptor, when already read (no SSM call then).
         ssm: an SSM client for the descriptor (default: a new one).
         clock: the wall clock (tests).
+        agentcore: the ``bedrock-agentcore`` client for a runtime that is not ours (default: a new one).
 
     Raises:
-        ValueError: the runtime is not a sandbox experiment's, or the arguments are out of range.
+        ValueError: the runtime's experiment hosts an agent, or the arguments are out of range.
+        ExperimentNotFoundError: ``experiment`` was given and has no descriptor.
     """
 
     def __init__(
@@ -129,6 +141,7 @@ class SandboxClient:
         descriptor: ExperimentDescriptor | None = None,
         ssm: SSMClient | None = None,
         clock: Callable[[], float] = time.time,
+        agentcore: BedrockAgentCoreClient | None = None,
     ) -> None:
         self.runtime_arn = runtime_arn
         self.region = region or region_of_arn(runtime_arn)
@@ -138,29 +151,39 @@ class SandboxClient:
         self.timeout = _lifetime(timeout)
         self.queue_timeout = validate_timeout_s(queue_timeout, "queue_timeout")
         if descriptor is None:
-            experiment = experiment or experiment_of_runtime(runtime_arn)
-            if experiment is None:
-                raise ValueError(
-                    f"{runtime_arn} is not named as a sandbox experiment's runtime (rollout_<experiment>-...): pass "
-                    "experiment=NAME, or use SandboxClient.for_experiment(NAME)"
-                )
-            descriptor = load_descriptor(experiment, region=self.region, ssm=ssm)
-        _check_descriptor(descriptor, runtime_arn, qualifier)
+            descriptor = _our_descriptor(runtime_arn, experiment, self.region, ssm)
+        #: The experiment's descriptor; ``None`` on a runtime that is none of our experiments'.
         self.descriptor = descriptor
-        self.exp_id = join_exp_id(descriptor.exp_id, run)
+        #: Whether the session and invoke budgets and the sweeper's deadline apply (the runtime is one of ours).
+        self.budgeted = descriptor is not None
         self.trainer_id = uuid.uuid4().hex
         self._clock = clock
         factory = ClientFactory(
             region=self.region,
-            endpoints=descriptor.endpoints,
+            endpoints=descriptor.endpoints if descriptor is not None else {},
             max_attempts=max_retry_attempts + 1,
             max_pool_connections=max_pool_connections,
         )
         # A call waits for its command's end; no hidden retries: each attempt takes its own invoke-budget token.
         calls = factory.model_copy(update={"read_timeout_s": read_timeout, "connect_timeout_s": connect_timeout})
+        agentcore = agentcore or calls.client("bedrock-agentcore", single_attempt=True)
+        self._budget: SandboxBudget
+        if descriptor is None:
+            logger.warning(
+                "runtime %s is none of this project's experiments: its sandboxes take no session slot and spend no "
+                "invoke token of ours, and no sweeper stops them at their deadline; terminate() each (as in ART)",
+                runtime_arn,
+            )
+            self.exp_id = join_exp_id(_DIRECT_LABEL, run)
+            self._budget = DirectCalls(
+                agentcore, runtime_arn=runtime_arn, qualifier=qualifier, attempts=max_retry_attempts, clock=clock
+            )
+            return
+        _check_descriptor(descriptor, runtime_arn, qualifier)
+        self.exp_id = join_exp_id(descriptor.exp_id, run)
         self._budget = SandboxBudget(
             descriptor,
-            agentcore=calls.client("bedrock-agentcore", single_attempt=True),
+            agentcore=agentcore,
             dynamodb=factory.client("dynamodb"),
             trainer_id=self.trainer_id,
             attempts=max_retry_attempts,
@@ -241,10 +264,24 @@ class SandboxClient:
     def attach(self, session_id: str) -> Sandbox:
         """A handle on a live sandbox of this experiment (one read of its sessions-table item).
 
+        On a runtime that is not ours nothing records a sandbox: the handle is made without a read, its deadline the
+        client's ``timeout`` from now.
+
         Raises:
             ValueError: ``session_id`` is not a sandbox's.
             SandboxEndedError: the sandbox is not running (finished, past its deadline, or never started).
         """
+        if not self.budgeted:
+            now = self._clock()
+            start = SandboxStart(
+                exp_id=self.exp_id,
+                input_id=DEFAULT_SANDBOX_LABEL,
+                session_id=_sandbox_session_id(session_id),
+                trainer=self.trainer_id,
+                submitted_at=now,
+                deadline_at=now + self.timeout,
+            )
+            return Sandbox(self, start, deadline_at=start.deadline_at)
         record = self._budget.ledger.get(_sandbox_session_id(session_id))
         if record is None or record.state is not SessionState.RUNNING or record.deadline_at is None:
             state = "never started" if record is None else f"{record.state.value}"
@@ -502,6 +539,25 @@ def _sandbox_session_id(session_id: str) -> str:
             f"session_id must be {SESSION_ID_MIN_LENGTH}-{SESSION_ID_MAX_LENGTH} characters, got {len(session_id)}"
         )
     return session_id
+
+
+def _our_descriptor(
+    runtime_arn: str, experiment: str | None, region: str | None, ssm: SSMClient | None
+) -> ExperimentDescriptor | None:
+    """The descriptor of the experiment ``runtime_arn`` belongs to, or ``None`` when it is none of ours.
+
+    ``experiment`` given: its descriptor, which must exist. Else the experiment the runtime's name says
+    (``rollout_<experiment>-...``), when SSM holds its descriptor.
+    """
+    if experiment is not None:
+        return load_descriptor(experiment, region=region, ssm=ssm)
+    named = experiment_of_runtime(runtime_arn)
+    if named is None:
+        return None
+    try:
+        return load_descriptor(named, region=region, ssm=ssm)
+    except ExperimentNotFoundError:
+        return None
 
 
 def _check_descriptor(descriptor: ExperimentDescriptor, runtime_arn: str, qualifier: str) -> None:
