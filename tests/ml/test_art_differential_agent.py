@@ -112,14 +112,18 @@ def test_we_store_what_art_stores(case, handler, s3):
     assert (arts.error is None) == (ours.error is None)
 
 
-def test_the_fidelity_probes_are_the_issues_cases_and_non_finite_rewards_are_refused_by_status(s3):
+def test_the_fidelity_probes_are_the_issues_cases_and_unreadable_rewards_are_refused_by_status(s3):
     # GIVEN the fidelity probes: each stores exactly as ART (the parametrized test above), and each status is
     assert set(FIDELITY_PROBES) <= set(CASES) and len(FIDELITY_PROBES) == 14
     statuses = {case: RolloutResult(_run(AgentCoreRLApp(s3_client=s3), sync_handler, case, s3)[1]).status
                 for case in FIDELITY_PROBES}  # fmt: skip
 
-    # THEN only a NaN or infinite reward fails the rollout (ART would have trained on it); the rest succeed
+    # THEN a reward that is not a finite number or a list of them fails the rollout (ART would have trained on a
+    # NaN, and read no reward from the others); the rest succeed
     assert {case for case, status in statuses.items() if status is not Status.SUCCEEDED} == {
         "rewards_nan",
         "rewards_inf",
+        "rewards_dict",
+        "rewards_nested",
+        "rewards_none_in_list",
     }

@@ -41,7 +41,7 @@ EXPECTED = {
     "reward": Status.SUCCEEDED,
     "reward_list": Status.SUCCEEDED,
     "rewards_str": Status.SUCCEEDED,
-    "rewards_dict": Status.SUCCEEDED,
+    "rewards_dict": Status.AGENT_ERROR,  # not a number or a list of them: InvalidReward
     "own_status": Status.SUCCEEDED,
     "own_status_code_and_stop_reason": Status.AGENT_ERROR,
     "rewards_nan": Status.AGENT_ERROR,
