@@ -22,7 +22,6 @@ Run with the ML venv (verl's types; slime's from the stand-ins):
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import warnings
@@ -46,6 +45,7 @@ with warnings.catch_warnings():  # verl and Ray warn at import about their own d
 import _results as results  # noqa: E402
 
 from examples.math_agent.local import MATH_DEMO  # noqa: E402
+from local_stack._process import environment  # noqa: E402
 from local_stack.agent_target import target_agent  # noqa: E402
 from local_stack.demo import dataset_task  # noqa: E402
 from local_stack.hosting import DemoTask  # noqa: E402
@@ -130,17 +130,8 @@ def slime_lost(outcome: RolloutOutcome, sampled: int, settings: backend_slime.Sl
 def stack_for(task: DemoTask, script: Path | None, run_dir: Path) -> Iterator[LocalStack]:
     """A local stack hosting ``task``'s agent, its environment set for clients while it runs."""
     settings = task.agent.settings(run_dir=run_dir, experiments=(EXP,), model=EndpointSettings(script=script))
-    with LocalStack(settings) as stack:
-        saved = {name: os.environ.get(name) for name in stack.env}
-        os.environ.update(stack.env)
-        try:
-            yield stack
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+    with LocalStack(settings) as stack, environment(stack.env):
+        yield stack
 
 
 def run_agent(

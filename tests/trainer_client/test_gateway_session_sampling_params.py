@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import socket
 import sys
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,13 +24,13 @@ pytest.importorskip("rllm_model_gateway")
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "stand_ins" / "rllm"))
 
-import uvicorn  # noqa: E402
 from rllm_model_gateway import GatewayConfig  # noqa: E402
 from rllm_tree import REAL, rllm_paths  # noqa: E402
 from starlette.applications import Starlette  # noqa: E402
 from starlette.requests import Request  # noqa: E402
 from starlette.responses import JSONResponse  # noqa: E402
 from starlette.routing import Route  # noqa: E402
+from trainer_support import served  # noqa: E402
 
 from trainer_client.gateway import create_settled_app  # noqa: E402
 
@@ -88,36 +85,18 @@ class _Upstream:
         return Starlette(routes=[Route("/v1/chat/completions", self.chat, methods=["POST"]), Route("/health", health)])
 
 
-def _serve(app: Any) -> Iterator[str]:
-    """Serve ``app`` on a free port of 127.0.0.1 in a thread; yield its URL."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-
-
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[tuple[_Upstream, str]]:
     model = _Upstream()
-    for url in _serve(model.app()):
+    with served(model.app()) as url:
         yield model, url
 
 
 @pytest.fixture(scope="module")
 def gateway_url(upstream: tuple[_Upstream, str]) -> Iterator[str]:
     config = GatewayConfig(workers=[{"url": f"{upstream[1]}/v1"}], store_worker="memory", sync_traces=True)
-    yield from _serve(create_settled_app(config))
+    with served(create_settled_app(config)) as url:
+        yield url
 
 
 @pytest.fixture
