@@ -81,7 +81,7 @@ class TokenRow:
     truncated: bool = False
     routed_experts: RoutedExperts | None = None
     #: The row's routing rows so far, flat (``None`` once a call came without routing).
-    _routing: list[int] | None = field(default_factory=list, repr=False)
+    _routing: list[int] | None = field(default_factory=list, init=False, repr=False)
 
     @property
     def num_sampled(self) -> int:
