@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         gateway=False,
         sweep_interval_s=args.sweep_interval,
         finisher_environments=getattr(args, "finishers", 1),
+        endpoints=getattr(args, "endpoints", 1),
         **quotas,
     )
     rng = random.Random(args.seed)

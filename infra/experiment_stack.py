@@ -23,6 +23,7 @@ from infra.tables import contract_table
 from infra.trainer_access import TrainerAccess
 from infra.workers import FIRST_WRITER_WINS, RESULT_KEYS, RolloutWorkers
 from rollout_contract.keys import experiment_prefix, payload_ref_prefix
+from rollout_contract.protocol import DEFAULT_QUALIFIER, endpoint_qualifiers
 from rollout_contract.resources import (
     AGENT_REPOSITORY_NAME,
     BUDGET_TABLE,
@@ -76,6 +77,14 @@ class ExperimentStack(Stack):
                 environment=dict(settings.agent_environment),
                 vpc=settings.vpc,
             )
+            for qualifier in endpoint_qualifiers(DEFAULT_QUALIFIER, settings.endpoints)[1:]:
+                # Each endpoint has its own invoke quota. It serves this deploy's runtime version (the L2's default
+                # pins version 1, which would keep the endpoint on the first image).
+                self.agent.runtime.add_endpoint(
+                    qualifier,
+                    version=self.agent.runtime.agent_runtime_version,
+                    description=f"Invoke quota {qualifier} of the rollouts",
+                )
         runtime = self.agent.runtime
         self.agent.execution_role.add_to_principal_policy(self._result_writes(settings))
         # Construct ids DispatchQueue, CompletionQueue, FinisherQueue.
@@ -180,6 +189,7 @@ class ExperimentStack(Stack):
             sessions_table=self.sessions_table.table_name,
             budget_table=BUDGET_TABLE.name,
             runtime_arn=self.agent.runtime.agent_runtime_arn,
+            runtime_endpoints=settings.endpoints,
             dispatch_queue_url=self.dispatch.queue.queue_url,
             tps_limit=settings.tps_limit,
             session_budget=settings.session_budget,
@@ -202,6 +212,7 @@ class ExperimentStack(Stack):
             kind=settings.kind,
             tps_limit=settings.tps_limit,
             session_budget=settings.session_budget,
+            runtime_endpoints=settings.endpoints,
             function_names={role: worker.function.function_name for role, worker in self.workers.all.items()},
             log_groups={role: worker.log_group.log_group_name for role, worker in self.workers.all.items()},
         )

@@ -20,7 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from infra.functions import powertools_layer_parameter, powertools_version
 from infra.regions import RUNTIME_REGIONS, RUNTIME_RESOURCE_TYPE, supports_runtime
 from rollout_contract.aws import ClientFactory, Clients, Service, error_code
-from rollout_contract.protocol import DEFAULT_ACTIVE_SESSION_QUOTA, DEFAULT_INVOKE_TPS
+from rollout_contract.protocol import DEFAULT_ACTIVE_SESSION_QUOTA, DEFAULT_INVOKE_TPS, MAX_RUNTIME_ENDPOINTS
 from rollout_contract.resources import AGENT_REPOSITORY_NAME, SHARED_STACK_NAME, results_bucket_name
 from trainer_client.doctor import CheckResult
 
@@ -52,6 +52,7 @@ class Target:
         image_tag: the agent image tag of ``-c image_tag`` (``None``: not checked).
         session_budget: the experiment's ``-c session_budget``.
         tps_limit: the experiment's ``-c tps_limit``.
+        endpoints: the experiment's ``-c endpoints``.
         clients: boto3 clients by service name.
     """
 
@@ -60,6 +61,7 @@ class Target:
     image_tag: str | None = None
     session_budget: int = int(DEFAULT_ACTIVE_SESSION_QUOTA * 0.9)
     tps_limit: float = float(DEFAULT_INVOKE_TPS)
+    endpoints: int = 1
     clients: Clients = field(default_factory=Clients)
 
     @classmethod
@@ -218,12 +220,7 @@ def _architectures(ecr: ECRClient, manifest: dict[str, Any]) -> set[str] | None:
 def check_quotas(target: Target) -> CheckResult:
     """The account's AgentCore quotas cover the experiment's session budget and invoke rate (Service Quotas)."""
     wanted = {"active session": target.session_budget, "invokeagentruntime": target.tps_limit}
-    try:
-        quotas = _quotas(target.clients["service-quotas"])
-    except ClientError as exc:
-        if error_code(exc) != "NoSuchResourceException":
-            raise
-        quotas = []
+    quotas = _listed_quotas(target)
     found = {words: quota for words in wanted for quota in quotas if words in quota["QuotaName"].lower()}
     short = [
         f"{found[words]['QuotaName']} is {found[words]['Value']:g}, the budget {budget:g}"
@@ -249,6 +246,40 @@ def check_quotas(target: Target) -> CheckResult:
     return CheckResult("quotas", True, f"{listed} cover the budgets")
 
 
+def check_endpoints(target: Target) -> CheckResult:
+    """What ``-c endpoints=K`` buys: each runtime endpoint has its own InvokeAgentRuntime quota (Service Quotas)."""
+    quotas = _listed_quotas(target)
+    invoke = next((q for q in quotas if "invokeagentruntime" in q["QuotaName"].lower()), None)
+    limit = next((q for q in quotas if "endpoints per" in q["QuotaName"].lower()), None)
+    rate = invoke["Value"] if invoke else float(DEFAULT_INVOKE_TPS)
+    most = min(int(limit["Value"]), MAX_RUNTIME_ENDPOINTS) if limit else MAX_RUNTIME_ENDPOINTS
+    source = (
+        invoke["QuotaName"] if invoke else f"ACR's published default (Service Quotas lists none in {target.region})"
+    )
+    buys = (
+        f"{source}: {rate:g}/s per endpoint; every rollout spends an invoke and a stop, so -c endpoints="
+        f"{target.endpoints} dispatches up to {target.endpoints * rate / 2:g} rollouts/s, each endpoint adding "
+        f"{rate / 2:g}/s, {most} endpoints {most * rate / 2:g}/s (while the session budget does not bind)"
+    )
+    if target.endpoints > most:
+        return CheckResult(
+            "endpoints", False, f"-c endpoints={target.endpoints} exceeds {most}; {buys}", f"give 1-{most}"
+        )
+    if invoke is None:
+        return CheckResult("endpoints", True, buys, "check the invoke quota on the Service Quotas page", warn=True)
+    return CheckResult("endpoints", True, buys)
+
+
+def _listed_quotas(target: Target) -> list[ServiceQuotaTypeDef]:
+    """:func:`_quotas`, or none when Service Quotas does not know AgentCore in the region."""
+    try:
+        return _quotas(target.clients["service-quotas"])
+    except ClientError as exc:
+        if error_code(exc) != "NoSuchResourceException":
+            raise
+        return []
+
+
 def _quotas(client: ServiceQuotasClient) -> list[ServiceQuotaTypeDef]:
     """The account's AgentCore quotas: AWS's defaults, overridden by the values applied to the account."""
     defaults = client.get_paginator("list_aws_default_service_quotas").paginate(ServiceCode=QUOTAS_SERVICE)
@@ -266,6 +297,7 @@ CHECKS: tuple[Check, ...] = (
     check_results_bucket,
     check_image,
     check_quotas,
+    check_endpoints,
 )
 
 

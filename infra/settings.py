@@ -22,6 +22,7 @@ from rollout_contract.protocol import (
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_INVOKE_TPS,
     DEFAULT_MAX_LIFETIME_S,
+    MAX_RUNTIME_ENDPOINTS,
 )
 from rollout_contract.resources import AGENT_REPOSITORY_NAME, ExperimentKind
 from rollout_contract.settings import bounds_text
@@ -68,6 +69,7 @@ CONTEXT_FLAGS = (
     "required_rollout_fields",
     "tps_limit",
     "session_budget",
+    "endpoints",
     "dispatcher_max_concurrency",
     "dispatcher_reserved_concurrency",
     "first_writer_wins",
@@ -86,6 +88,7 @@ RUNTIME_FLAGS = (
     "vpc_id",
     "subnet_ids",
     "security_group_ids",
+    "endpoints",
 )
 # ACR's ARN of a runtime: its id is the runtime's name, '-', ten letters or digits.
 _RUNTIME_ARN = re.compile(
@@ -186,6 +189,9 @@ class ExperimentSettings(BaseModel):
     required_rollout_fields: tuple[str, ...] = ()
     tps_limit: float = Field(default=DEFAULT_INVOKE_TPS, gt=0)
     session_budget: int = Field(default=int(DEFAULT_ACTIVE_SESSION_QUOTA * 0.9), ge=1, le=100_000)
+    #: Endpoints of the runtime (``-c endpoints=K``): its own ``DEFAULT`` and K - 1 the stack creates, each with
+    #: its own invoke quota (``tps_limit`` per endpoint); the dispatcher spreads invokes over them.
+    endpoints: int = Field(default=1, ge=1, le=MAX_RUNTIME_ENDPOINTS)
     dispatcher_max_concurrency: int = Field(default=5, ge=MAX_CONCURRENCY_MIN, le=MAX_CONCURRENCY_MAX)
     dispatcher_reserved_concurrency: int | None = Field(default=None, ge=1, le=10_000)
     #: The agent's result writes must carry ``If-None-Match: *`` (IAM condition ``s3:if-none-match``); off for agent
@@ -349,7 +355,7 @@ def _adopted_runtime(flags: Mapping[str, str]) -> AdoptedRuntime | None:
     if given:
         raise ContextError(
             f"{', '.join(given)} configure a runtime this stack creates; with -c runtime_arn the runtime keeps its own "
-            "image, lifecycle, environment and network (change them with `aws bedrock-agentcore-control "
+            "image, lifecycle, environment, network and endpoints (change them with `aws bedrock-agentcore-control "
             "update-agent-runtime`): leave these flags out"
         )
     return AdoptedRuntime(arn=arn, role_arn=role)

@@ -18,7 +18,7 @@ from infra.queues import RolloutQueue
 from infra.settings import ExperimentSettings
 from rollout_contract.budgets import SESSION_BUDGET_ID, tps_budget_id
 from rollout_contract.keys import experiment_prefix, payload_ref_prefix
-from rollout_contract.protocol import DEFAULT_QUALIFIER
+from rollout_contract.protocol import DEFAULT_QUALIFIER, endpoint_qualifiers
 
 #: Lambda's limit for an SQS event source batch on a standard queue without a batching window.
 SQS_BATCH_SIZE = 10
@@ -124,24 +124,26 @@ class RolloutWorkers(Construct):
             schedule=events.Schedule.rate(SWEEP_RATE),
             targets=[targets.LambdaFunction(self.sweeper.function)],
         )
-        self._grant(exp_id, runtime, dispatch, sessions_table, budget_table, bucket)
+        self._grant(settings, runtime, dispatch, sessions_table, budget_table, bucket)
 
     def _grant(
         self,
-        exp_id: str,
+        settings: ExperimentSettings,
         runtime: agentcore.IBedrockAgentRuntime,
         dispatch: RolloutQueue,
         sessions_table: dynamodb.ITable,
         budget_table: dynamodb.ITable,
         bucket: s3.IBucket,
     ) -> None:
+        exp_id = settings.exp_id
         results = bucket.arn_for_objects(f"{experiment_prefix(exp_id)}*")
         payloads = bucket.arn_for_objects(f"{payload_ref_prefix(exp_id)}*")
         runtime_resources = [runtime.agent_runtime_arn, f"{runtime.agent_runtime_arn}/*"]
         runtime.grant_invoke_runtime(self.dispatcher.role)
         # The budget table is shared by every experiment: each function may read or update (no put, delete or
-        # scan) the account's session count and its own runtime's invoke budget, and no other item.
-        budget_items = [SESSION_BUDGET_ID, tps_budget_id(runtime.agent_runtime_arn, DEFAULT_QUALIFIER)]
+        # scan) the account's session count and its own runtime endpoints' invoke budgets, and no other item.
+        qualifiers = endpoint_qualifiers(DEFAULT_QUALIFIER, settings.endpoints)
+        budget_items = [SESSION_BUDGET_ID, *(tps_budget_id(runtime.agent_runtime_arn, q) for q in qualifiers)]
         for name, worker in self.all.items():
             worker.role.add_to_policy(iam.PolicyStatement(actions=[STOP_SESSION], resources=runtime_resources))
             worker.role.add_to_policy(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
@@ -49,11 +50,15 @@ def handle_sqs_batch(
 
     Call it from a handler wrapped in :func:`lambdas.observability.lambda_entry_point`, which flushes the
     metrics whatever happens (the batch size is recorded first, so every invocation has one). The invoke
-    budget expects a slot per record, so the batch's invokes or stops share runs of slots.
+    budgets expect a slot per record (shared out over the runtime's endpoints), so the batch's invokes or stops
+    share runs of slots.
     """
     records = len(event.get("Records", []))
     add_metric(names.BATCH_RECORDS, records)
-    with current_runtime().acr.tps.expecting(records):
+    acrs = current_runtime().acrs
+    with ExitStack() as expectations:
+        for acr in acrs:
+            expectations.enter_context(acr.tps.expecting(-(-records // len(acrs))))
         return process_partial_response(
             event=event, record_handler=record_handler, processor=processor, context=context
         )

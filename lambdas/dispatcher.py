@@ -247,7 +247,8 @@ class _SlotWait:
         if not self.seen_taken:
             return
         if not self._counted:  # this record takes no invoke token before it has a session slot
-            self._rt.acr.tps.expect_fewer()
+            for acr in self._rt.acrs:
+                acr.tps.expect_fewer()
             self._counted = True
         if self._until is not None and self._rt.slots.wait(min(self._until, self._request.start_by)):
             return
@@ -288,8 +289,9 @@ def _invoke(
 ) -> DispatchOutcome:
     """Invoke an admitted rollout in a reserved TPS slot and record the outcome; its timeout runs from now."""
     ledger, session_id = rt.ledger, request.session_id
+    acr = rt.soonest_endpoint()
     try:
-        slot_start = rt.acr.reserve_invoke()
+        slot_start = acr.reserve_invoke()
     except NoTokenError as exc:
         ledger.release_to_queued(session_id, owner=owner, deadline_at=request.deadline_at, attempted=False)
         raise RequeueError("invoke budget reserved beyond the invoke horizon", exc.retry_after_s) from exc
@@ -298,21 +300,23 @@ def _invoke(
     timings = invoke_payload[ROLLOUT_FIELD]
     timings.update(Timings(submitted_at=request.submitted_at, dispatched_at=slot_start).model_dump(exclude_none=True))
     try:
-        rt.acr.invoke(session_id, rt.acr.encode(invoke_payload), slot_start=slot_start)
+        acr.invoke(session_id, acr.encode(invoke_payload), slot_start=slot_start)
     except NoTokenError as exc:
         ledger.release_to_queued(session_id, owner=owner, deadline_at=request.deadline_at, attempted=False)
         raise RequeueError("invoke slot missed and none free within the allowed wait", exc.retry_after_s) from exc
     except AcrCallError as exc:
         return _invoke_failed(request, exc, attempts=attempts, owner=owner, slot_start=slot_start, rt=rt)
     add_metric(names.INVOKED, 1)
-    if ledger.mark_running(session_id, owner=owner, dispatched_at=slot_start, deadline_at=deadline_at):
+    if ledger.mark_running(
+        session_id, owner=owner, dispatched_at=slot_start, deadline_at=deadline_at, endpoint=acr.qualifier
+    ):
         logger.info("rollout invoked", extra={"session_id": session_id, "attempt": attempts})
         return DispatchOutcome.INVOKED
     record = ledger.get(session_id)
     if record is not None and record.state is SessionState.FINISHED:
         logger.info("rollout ended while it was being invoked; stopping it", extra={"session_id": session_id})
         try:
-            stop_session(session_id, rt)
+            stop_session(session_id, acr)
         except (NoTokenError, RetryableAcrError) as exc:
             logger.warning(
                 "could not stop a session that ended while starting; its idle timeout ends it",

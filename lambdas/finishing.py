@@ -30,6 +30,7 @@ from rollout_contract.results import Status
 
 if TYPE_CHECKING:
     from lambdas.runtime import Runtime
+    from rollout_budgets.acr import Acr
     from rollout_contract.keys import ResultKey
     from rollout_contract.results import RolloutResult
 
@@ -41,12 +42,13 @@ _MAY_END_UNSTARTED = frozenset({Status.DISPATCH_FAILED, Status.CANCELLED})
 AGENT_ENDED = frozenset({Status.SUCCEEDED, Status.AGENT_ERROR})
 
 
-def finish_rollout(result: RolloutResult, rt: Runtime) -> Transition:
+def finish_rollout(result: RolloutResult, rt: Runtime, *, endpoint: str | None = None) -> Transition:
     """Mark ``result``'s rollout finished (its slot freed) and stop its session (unless it never started).
 
     The agent's own result frees the slot before the stop, in a token reserved before the slot is freed; a
     ``timed_out`` or ``cancelled`` one after it (see the module docstring). ``StopTokenWait`` and
-    ``SlotFreeDelay`` say how long each took.
+    ``SlotFreeDelay`` say how long each took. The stop goes to the session's endpoint: ``endpoint`` when the
+    caller read it (the sweeper), else the only one or, with several, the one the sessions item records.
 
     Raises:
         NoTokenError: no invoke-budget slot for the stop call; retry later (the agent's result: its slot is free).
@@ -55,23 +57,36 @@ def finish_rollout(result: RolloutResult, rt: Runtime) -> Transition:
     session_id = result.session_id
     if result.status is Status.DISPATCH_FAILED:
         return _finish(result, rt)
+    acr = rt.endpoint(endpoint) if endpoint is not None else _session_endpoint(session_id, rt)
     if result.status not in AGENT_ENDED:
-        stop_session(session_id, rt, slot_start=_reserve_stop(rt))
+        stop_session(session_id, acr, slot_start=_reserve_stop(acr, rt))
         return _finish(result, rt)
     try:
-        stop_slot = _reserve_stop(rt)
+        stop_slot = _reserve_stop(acr, rt)
     except NoTokenError:
         _finish(result, rt)  # the slot is freed all the same; the event comes back for the stop
         raise
     transition = _finish(result, rt)
-    stop_session(session_id, rt, slot_start=stop_slot)
+    stop_session(session_id, acr, slot_start=stop_slot)
     return transition
 
 
-def _reserve_stop(rt: Runtime) -> float:
-    """Reserve a stop's token and count how long it waits (``StopTokenWait``)."""
+def _session_endpoint(session_id: str, rt: Runtime) -> Acr:
+    """The endpoint ``session_id`` was invoked on: the only one, or (with several) the one its item records.
+
+    A session whose endpoint is not recorded (its dispatcher died between the invoke and the ``running`` write)
+    is stopped on the first endpoint, and otherwise ends at the runtime's idle timeout.
+    """
+    if len(rt.acrs) == 1:
+        return rt.acr
+    record = rt.ledger.get(session_id)
+    return rt.endpoint(record.endpoint if record is not None else None)
+
+
+def _reserve_stop(acr: Acr, rt: Runtime) -> float:
+    """Reserve a stop's token on ``acr``'s endpoint and count how long it waits (``StopTokenWait``)."""
     asked_at = rt.clock()
-    slot = rt.acr.reserve_stop()
+    slot = acr.reserve_stop()
     add_metric(names.STOP_TOKEN_WAIT, max(0.0, slot - asked_at), MetricUnit.Seconds)
     return slot
 
@@ -96,7 +111,7 @@ def _finish(result: RolloutResult, rt: Runtime) -> Transition:
     return transition
 
 
-def end_sandbox(key: ResultKey, rt: Runtime) -> Transition:
+def end_sandbox(key: ResultKey, rt: Runtime, *, endpoint: str | None = None) -> Transition:
     """Stop a sandbox past its deadline and free its slot, marking it ``timed_out``; no result is written.
 
     A sandbox's trainer reads its commands' results from the session itself, and nothing waits for a result
@@ -106,7 +121,7 @@ def end_sandbox(key: ResultKey, rt: Runtime) -> Transition:
         NoTokenError: no invoke-budget slot for the stop call; retry later.
         RetryableAcrError: the stop call failed in a way that may pass; retry later.
     """
-    stop_session(key.session_id, rt)
+    stop_session(key.session_id, rt.endpoint(endpoint))
     transition = rt.ledger.finish(key, status=Status.TIMED_OUT, finished_at=rt.clock())
     if transition is not Transition.ALREADY_FINISHED:
         logger.info("sandbox stopped at its deadline", extra={"session_id": key.session_id})
@@ -114,9 +129,9 @@ def end_sandbox(key: ResultKey, rt: Runtime) -> Transition:
     return transition
 
 
-def stop_session(session_id: str, rt: Runtime, *, slot_start: float | None = None) -> None:
-    """Stop a session (in the slot reserved at ``slot_start``, or one reserved now); a session ACR does not know
-    is fine, a final error is logged and counted.
+def stop_session(session_id: str, acr: Acr, *, slot_start: float | None = None) -> None:
+    """Stop a session on endpoint ``acr`` (in the slot reserved at ``slot_start``, or one reserved now); a session
+    ACR does not know is fine, a final error is logged and counted.
 
     Every call ACR answers counts in ``SessionStops`` (stops share the invoke budget with invokes).
 
@@ -125,7 +140,7 @@ def stop_session(session_id: str, rt: Runtime, *, slot_start: float | None = Non
         RetryableAcrError: the stop may pass later.
     """
     try:
-        stopped = rt.acr.stop(session_id, slot_start=slot_start)
+        stopped = acr.stop(session_id, slot_start=slot_start)
     except FinalAcrError as exc:
         logger.error("StopRuntimeSession failed", extra={"session_id": session_id, "error_code": exc.code})
         add_metric(names.STOPS, 1)

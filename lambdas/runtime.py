@@ -69,7 +69,8 @@ class Runtime:
     clients: AwsClients
     ledger: Ledger
     store: ResultStore
-    acr: Acr
+    #: One per endpoint of the runtime (``settings.qualifiers``), each with its own invoke budget.
+    acrs: tuple[Acr, ...]
     #: Where this process's dispatches wait for a free session slot.
     slots: SlotWaiter
     clock: Callable[[], float]
@@ -86,14 +87,23 @@ class Runtime:
     ) -> Runtime:
         """Wire the pieces for ``settings`` (default clients unless ``clients`` is given)."""
         clients = clients or AwsClients.build()
-        tps = TpsBudget(
-            clients.dynamodb,
-            table=settings.budget_table,
-            runtime_arn=settings.runtime_arn,
-            qualifier=settings.runtime_qualifier,
-            limit=settings.tps_limit,
-            clock=clock,
-            sleep=sleep,
+        acrs = tuple(
+            Acr(
+                clients.agentcore,
+                tps=TpsBudget(
+                    clients.dynamodb,
+                    table=settings.budget_table,
+                    runtime_arn=settings.runtime_arn,
+                    qualifier=qualifier,
+                    limit=settings.tps_limit,
+                    clock=clock,
+                    sleep=sleep,
+                ),
+                runtime_arn=settings.runtime_arn,
+                qualifier=qualifier,
+                max_wait_s=max_token_wait_s,
+            )
+            for qualifier in settings.qualifiers
         )
         ledger = Ledger(
             clients.dynamodb,
@@ -108,16 +118,23 @@ class Runtime:
             clients=clients,
             ledger=ledger,
             store=ResultStore(clients.s3, bucket=settings.results_bucket),
-            acr=Acr(
-                clients.agentcore,
-                tps=tps,
-                runtime_arn=settings.runtime_arn,
-                qualifier=settings.runtime_qualifier,
-                max_wait_s=max_token_wait_s,
-            ),
+            acrs=acrs,
             slots=SlotWaiter(ledger.free_slots, clock=clock, sleep=sleep),
             clock=clock,
         )
+
+    @property
+    def acr(self) -> Acr:
+        """The first endpoint's (the runtime's own): the only one unless the experiment has several."""
+        return self.acrs[0]
+
+    def soonest_endpoint(self) -> Acr:
+        """The endpoint whose invoke budget has a free slot soonest, as this process last saw the budgets."""
+        return min(self.acrs, key=lambda acr: acr.tps.next_free_seen)
+
+    def endpoint(self, qualifier: str | None) -> Acr:
+        """The endpoint ``qualifier`` (a session's recorded one); the first when ``None`` or not one of them."""
+        return next((acr for acr in self.acrs if acr.qualifier == qualifier), self.acrs[0])
 
 
 @functools.cache

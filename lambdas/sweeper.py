@@ -151,8 +151,8 @@ def _end(record: SessionRecord, now: float, rt: Runtime) -> Transition | None:
     sandbox (no result); ``None`` if it cannot."""
     try:
         if is_sandbox_session(record.session_id):
-            return end_sandbox(_key(record, rt), rt)
-        return finish_rollout(_timed_out_or_existing(record, now, rt), rt)
+            return end_sandbox(_key(record, rt), rt, endpoint=record.endpoint)
+        return finish_rollout(_timed_out_or_existing(record, now, rt), rt, endpoint=record.endpoint)
     except (NoTokenError, RetryableAcrError) as exc:
         logger.warning(
             "could not end an overdue rollout yet", extra={"session_id": record.session_id, "error": str(exc)}

@@ -21,6 +21,7 @@ from typing import Any
 
 from local_stack.hosting import DemoTask, LocalAgent
 from local_stack.run_dir import STATE_FILE, StackRunningError, alive, describe_running, read_state, running_state
+from rollout_contract.protocol import MAX_RUNTIME_ENDPOINTS
 
 __all__ = ["add_commands"]
 
@@ -68,7 +69,15 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     up.add_argument("--sweep-interval", type=float, default=5.0, help="seconds between sweeper runs (5)")
     quota = up.add_argument_group("quotas (ACR's defaults unless given)")
     quota.add_argument(
-        "--invoke-tps", type=float, help="emulator: invokes (and stops) per second per runtime; dispatchers budget it"
+        "--invoke-tps", type=float, help="emulator: invokes (and stops) per second per endpoint; dispatchers budget it"
+    )
+    quota.add_argument(
+        "--endpoints",
+        type=int,
+        default=1,
+        choices=range(1, MAX_RUNTIME_ENDPOINTS + 1),
+        metavar="K",
+        help="endpoints of each runtime (1-10), each with its own invoke rate; invokes go where a token is soonest",
     )
     quota.add_argument(
         "--max-sessions", type=int, help="emulator: active sessions at most; the dispatchers' session budget too"
@@ -273,6 +282,7 @@ def _up(args: argparse.Namespace) -> int:
             workers=not args.no_workers,
             dispatcher_environments=args.dispatcher_environments,
             sweep_interval_s=args.sweep_interval,
+            endpoints=args.endpoints,
             **quota_settings(
                 invoke_tps=args.invoke_tps,
                 max_sessions=args.max_sessions,

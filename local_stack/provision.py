@@ -115,12 +115,14 @@ def provision_experiment(
     kind: ExperimentKind = ExperimentKind.AGENT,
     tps_limit: float = DEFAULT_INVOKE_TPS,
     session_budget: int = DEFAULT_SESSION_BUDGET,
+    runtime_endpoints: int = 1,
 ) -> ProvisionedExperiment:
     """Create experiment ``exp_id``'s queues, sessions table and result rule, and publish its descriptor.
 
     Call :func:`provision_shared` first. ``endpoints`` (boto3 service name -> URL) goes into the
     descriptor, so ``RolloutClient.for_experiment(exp_id)`` finds the local stack; so do what the runtime hosts
-    (``kind``) and the budgets the experiment's functions keep (``tps_limit``, ``session_budget``).
+    (``kind``) and the budgets the experiment's functions keep (``tps_limit`` per endpoint of ``runtime_endpoints``,
+    ``session_budget``).
     """
     resources = ExperimentResources.for_experiment(exp_id)
     dispatch_url = _ensure_queue(clients.sqs, resources.dispatch_queue)
@@ -150,6 +152,7 @@ def provision_experiment(
         kind=kind,
         tps_limit=tps_limit,
         session_budget=session_budget,
+        runtime_endpoints=runtime_endpoints,
     )
     clients.ssm.put_parameter(
         Name=resources.descriptor_parameter,

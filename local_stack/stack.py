@@ -52,7 +52,13 @@ from local_stack.provision import AwsClients, provision_experiment, provision_sh
 from local_stack.run_dir import STATE_FILE, guard, read_state
 from local_stack.worker import DEFAULT_HANDLERS
 from rollout_contract.ids import validate_experiment
-from rollout_contract.protocol import DEFAULT_INVOKE_TPS, runtime_id
+from rollout_contract.protocol import (
+    DEFAULT_INVOKE_TPS,
+    DEFAULT_QUALIFIER,
+    MAX_RUNTIME_ENDPOINTS,
+    endpoint_qualifiers,
+    runtime_id,
+)
 from rollout_contract.resources import DEFAULT_SESSION_BUDGET, ExperimentDescriptor, ExperimentKind
 from rollout_contract.settings import PathValue, Settings
 
@@ -113,6 +119,8 @@ class StackSettings(Settings):
         ready_timeout_s: how long each process may take to become ready.
         tps_limit: the dispatchers' invoke budget per runtime (default: ``HandlerSettings``'s, ACR's 25/s).
         session_budget: the dispatchers' active-session budget (default: ``HandlerSettings``'s).
+        endpoints: endpoints of each experiment's runtime (``DEFAULT``, ``endpoint_1``, ...), each with its own
+            invoke rate in the emulator (``invoke_tps``) and its own invoke budget (``tps_limit``), as in AWS.
         runtime_options: more ``RuntimeConfig`` fields for every runtime of the emulator (``invoke_tps``,
             ``warm_pool_size``, ``preload``, ``idle_timeout_s``, ``cold_start_delay``, ...).
         emulator_options: more ``EmulatorConfig`` fields (``max_active_sessions``, ...).
@@ -142,6 +150,7 @@ class StackSettings(Settings):
     ready_timeout_s: float = Field(default=60.0, gt=0)
     tps_limit: float | None = Field(default=None, gt=0)
     session_budget: int | None = Field(default=None, ge=1)
+    endpoints: int = Field(default=1, ge=1, le=MAX_RUNTIME_ENDPOINTS)
     runtime_options: Mapping[str, Any] = Field(default_factory=dict)
     emulator_options: Mapping[str, Any] = Field(default_factory=dict)
     record_calls: bool = False
@@ -309,6 +318,7 @@ class LocalStack:
                 kind=self.settings.kind,
                 tps_limit=self.settings.tps_limit or DEFAULT_INVOKE_TPS,
                 session_budget=self.settings.session_budget or DEFAULT_SESSION_BUDGET,
+                runtime_endpoints=self.settings.endpoints,
             )
             self.descriptors[exp_id] = provisioned.descriptor
 
@@ -474,6 +484,7 @@ def agent_runtime(settings: StackSettings, arn: str, s3_endpoint: str | None) ->
         "arn": arn,
         "command": list(settings.agent_command),
         "environment": agent_environment(settings, s3_endpoint),
+        "qualifiers": list(endpoint_qualifiers(DEFAULT_QUALIFIER, settings.endpoints)),
         **settings.runtime_options,
     }
     if settings.kind is ExperimentKind.AGENT:  # a sandbox session starts in a fresh directory of its own

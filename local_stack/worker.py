@@ -545,6 +545,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         budget_table=descriptor.budget_table,
         runtime_arn=descriptor.runtime_arn,
         runtime_qualifier=descriptor.runtime_qualifier,
+        runtime_endpoints=descriptor.runtime_endpoints,
         dispatch_queue_url=descriptor.dispatch_queue_url,
         **limits,
     )

@@ -58,7 +58,7 @@ def _wait_for_slot(**_: Any) -> None:
 
 
 class Acr:
-    """Invoke and stop sessions of one runtime endpoint, within its TPS budget."""
+    """Invoke and stop sessions of one runtime endpoint, within its TPS budget (one per endpoint)."""
 
     def __init__(
         self,
@@ -77,6 +77,8 @@ class Acr:
             client.meta.events.register(
                 f"before-send.{_SERVICE_ID}.{operation}", _wait_for_slot, unique_id=f"{__name__}.{operation}"
             )
+        #: The endpoint this instance calls (its invoke budget is this endpoint's).
+        self.qualifier = qualifier
         self._target = {"agentRuntimeArn": runtime_arn, "qualifier": qualifier}
         #: Longest wait for a slot: stops reserve this far ahead.
         self.max_wait_s = max_wait_s

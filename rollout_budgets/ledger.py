@@ -58,6 +58,7 @@ from rollout_contract.sessions import (
     ATTR_CANCEL_REQUESTED_AT,
     ATTR_DEADLINE_AT,
     ATTR_DISPATCHED_AT,
+    ATTR_ENDPOINT,
     ATTR_EXP_ID,
     ATTR_FINISHED_AT,
     ATTR_INFLIGHT,
@@ -292,8 +293,11 @@ class Ledger:
         written = conditional_write(self._dynamodb.update_item, **update, ReturnValues="UPDATED_NEW")
         return int(written.response["Attributes"][ATTR_ATTEMPTS]["N"]) if written.ok else None
 
-    def mark_running(self, session_id: str, *, owner: str, dispatched_at: float, deadline_at: float) -> bool:
-        """Record that the invoke sent at ``dispatched_at`` succeeded; the rollout's timeout runs from there.
+    def mark_running(
+        self, session_id: str, *, owner: str, dispatched_at: float, deadline_at: float, endpoint: str
+    ) -> bool:
+        """Record that the invoke sent at ``dispatched_at`` to ``endpoint`` (a qualifier) succeeded; the rollout's
+        timeout runs from there, and every later call for its session goes to that endpoint.
 
         Until then its deadline is the latest one (start limit + timeout), so a dispatcher that dies between
         the invoke and this write leaves a rollout the sweeper still ends. ``False`` when the rollout ended
@@ -302,8 +306,8 @@ class Ledger:
         update = self._move(
             MARK_RUNNING,
             session_id,
-            {ATTR_DISPATCHED_AT: ":at", ATTR_DEADLINE_AT: ":deadline"},
-            {":owner": s(owner), ":at": n(dispatched_at), ":deadline": n(deadline_at)},
+            {ATTR_DISPATCHED_AT: ":at", ATTR_DEADLINE_AT: ":deadline", ATTR_ENDPOINT: ":endpoint"},
+            {":owner": s(owner), ":at": n(dispatched_at), ":deadline": n(deadline_at), ":endpoint": s(endpoint)},
             remove=(ATTR_LEASE_OWNER, ATTR_LEASE_UNTIL),
         )
         return conditional_write(self._dynamodb.update_item, **update).ok

@@ -117,6 +117,16 @@ class TpsBudget:
         self._waiting = threading.Lock()
 
     @property
+    def next_free_seen(self) -> float:
+        """The earliest slot this process could hand out: the first it holds, else the budget's next free one as
+        last seen (``-inf``: not seen yet)."""
+        with self._state:
+            if self._held:
+                return self._held[0]
+        seen = self._seen_next_at
+        return -math.inf if seen is None else seen
+
+    @property
     def callers(self) -> int:
         """Callers of :meth:`reserve` in this process now: the size of the next run an update takes."""
         with self._state:

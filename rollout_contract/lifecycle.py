@@ -128,7 +128,7 @@ MARK_RUNNING = Move(
     SessionState.RUNNING,
     (Mover.DISPATCHER, Mover.SANDBOX_CLIENT),
     "the invoke was accepted and the caller still holds the lease; the timeout runs from the invoke (a sandbox's "
-    "from its start)",
+    "from its start); the endpoint invoked is recorded (`#endpoint`): every later call for the session goes there",
     _LEASED_TO_CALLER,
     0,
     "",

@@ -24,6 +24,22 @@ DEFAULT_MAX_LIFETIME_S = 28_800
 STARTUP_LIMIT_S = 60
 #: Longest a synchronous InvokeAgentRuntime request may run.
 SYNC_INVOKE_LIMIT_S = 900
+#: Endpoints an agent runtime may have (ACR's quota; invocations per second are counted per endpoint).
+MAX_RUNTIME_ENDPOINTS = 10
+#: Name prefix of the endpoints an experiment adds to its runtime's own (``endpoint_1``, ``endpoint_2``, ...).
+ENDPOINT_NAME_PREFIX = "endpoint_"
+
+
+def endpoint_qualifiers(first: str, count: int) -> tuple[str, ...]:
+    """The qualifiers of an experiment's ``count`` runtime endpoints: ``first`` (the runtime's own, ``DEFAULT``),
+    then the ones the experiment creates, ``endpoint_1`` to ``endpoint_{count - 1}``.
+
+    Raises:
+        ValueError: ``count`` is not within 1 and :data:`MAX_RUNTIME_ENDPOINTS`.
+    """
+    if not 1 <= count <= MAX_RUNTIME_ENDPOINTS:
+        raise ValueError(f"an agent runtime has 1 to {MAX_RUNTIME_ENDPOINTS} endpoints, not {count}")
+    return (first, *(f"{ENDPOINT_NAME_PREFIX}{index}" for index in range(1, count)))
 
 
 class PingStatus(StrEnum):

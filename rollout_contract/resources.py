@@ -18,7 +18,14 @@ from rollout_contract.events import OBJECT_CREATED, S3_SOURCE
 from rollout_contract.ids import InvalidIdError, validate_experiment
 from rollout_contract.keys import experiment_prefix
 from rollout_contract.naming import DLQ_SUFFIX, EXPERIMENT_NAMES, PROJECT
-from rollout_contract.protocol import DEFAULT_ACTIVE_SESSION_QUOTA, DEFAULT_INVOKE_TPS, DEFAULT_QUALIFIER, runtime_id
+from rollout_contract.protocol import (
+    DEFAULT_ACTIVE_SESSION_QUOTA,
+    DEFAULT_INVOKE_TPS,
+    DEFAULT_QUALIFIER,
+    MAX_RUNTIME_ENDPOINTS,
+    endpoint_qualifiers,
+    runtime_id,
+)
 
 DESCRIPTOR_PARAMETER_PREFIX = EXPERIMENT_NAMES["descriptor_parameter"].render("")
 SHARED_STACK_NAME = "AgentcoreRollouts-Shared"
@@ -239,10 +246,17 @@ class HandlerSettings(BaseModel):
     budget_table: str
     runtime_arn: str
     runtime_qualifier: str = DEFAULT_QUALIFIER
+    #: Endpoints of the runtime the experiment invokes (each with its own ``tps_limit``): see :attr:`qualifiers`.
+    runtime_endpoints: int = Field(default=1, ge=1, le=MAX_RUNTIME_ENDPOINTS)
     dispatch_queue_url: str
     tps_limit: float = Field(default=DEFAULT_INVOKE_TPS, gt=0)
     session_budget: int = Field(default=DEFAULT_SESSION_BUDGET, gt=0)
     max_dispatch_attempts: int = Field(default=30, gt=0)
+
+    @property
+    def qualifiers(self) -> tuple[str, ...]:
+        """The endpoints' qualifiers, ``runtime_qualifier`` first."""
+        return endpoint_qualifiers(self.runtime_qualifier, self.runtime_endpoints)
 
     def to_env(self) -> dict[str, str]:
         """Render as environment variables (values stay strings, so CDK tokens pass through)."""
@@ -277,7 +291,8 @@ class ExperimentDescriptor(BaseModel):
     local stack's own model); ``required_rollout_fields`` are the ``_rollout`` fields the experiment's agent
     needs, so a submit without them is refused before anything is sent.
     ``kind`` says what the runtime hosts; ``tps_limit`` and ``session_budget`` are the budgets the functions keep,
-    which a sandbox client spends from too (so it must space its calls and count its slots alike).
+    which a sandbox client spends from too (so it must space its calls and count its slots alike); ``tps_limit`` is
+    per endpoint, and the functions invoke ``runtime_endpoints`` of them (``-c endpoints=K``).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -291,6 +306,7 @@ class ExperimentDescriptor(BaseModel):
     budget_table: str
     runtime_arn: str
     runtime_qualifier: str = DEFAULT_QUALIFIER
+    runtime_endpoints: int = Field(default=1, ge=1, le=MAX_RUNTIME_ENDPOINTS)
     gateway_url: str | None = None
     endpoints: dict[str, str] = Field(default_factory=dict)
     function_names: dict[str, str] = Field(default_factory=dict)

@@ -36,6 +36,7 @@ ATTR_SUBMITTED_AT = "submitted_at"
 ATTR_DISPATCHED_AT = "dispatched_at"
 ATTR_FINISHED_AT = "finished_at"
 ATTR_DEADLINE_AT = "deadline_at"
+ATTR_ENDPOINT = "endpoint"  # the qualifier of the runtime endpoint that was invoked: every later call goes there
 ATTR_INFLIGHT = "inflight"  # present (value INFLIGHT_MARK) only while the rollout holds a slot
 ATTR_ATTEMPTS = "attempts"
 INFLIGHT_MARK = "1"
@@ -78,6 +79,8 @@ class SessionRecord:
     inflight: bool = False
     lease_owner: str | None = None
     lease_until: float | None = None
+    #: The endpoint (qualifier) the session was invoked on; ``None`` before its invoke is recorded.
+    endpoint: str | None = None
 
     @classmethod
     def from_item(cls, item: Mapping[str, AttributeValueTypeDef]) -> SessionRecord:
@@ -102,4 +105,5 @@ class SessionRecord:
             inflight=ATTR_INFLIGHT in item,
             lease_owner=text(ATTR_LEASE_OWNER),
             lease_until=number(ATTR_LEASE_UNTIL),
+            endpoint=text(ATTR_ENDPOINT),
         )

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 EXPERIMENTS = ("alpha", "alpha-2")
 #: The experiment deployed with ``-c sandbox=true`` (its runtime hosts the sandbox daemon), so nag checks both kinds.
 SANDBOX_EXPERIMENT = "alpha-2"
+#: The experiment deployed with ``-c endpoints=ENDPOINTS`` (its runtime gets ENDPOINTS - 1 more endpoints).
+MULTI_ENDPOINT_EXPERIMENT, ENDPOINTS = "alpha", 3
 #: The SNS topic :data:`SANDBOX_EXPERIMENT`'s alarms notify (``-c alarm_topic_arn``); the other's have no actions.
 ALARM_TOPIC_ARN = "arn:aws:sns:us-west-2:123456789012:rollout-alarms"
 ACCOUNT = "123456789012"
@@ -59,7 +61,8 @@ class Synthesized:
 
 def synthesize(outdir: Path, *, env: Environment | None, experiments: tuple[str, ...] = EXPERIMENTS) -> Synthesized:
     """Synthesize the shared stack and ``experiments`` (image tag ``v1``; :data:`SANDBOX_EXPERIMENT` with
-    ``-c sandbox=true -c alarm_topic_arn=ALARM_TOPIC_ARN``) with cdk-nag, into ``outdir``."""
+    ``-c sandbox=true -c alarm_topic_arn=ALARM_TOPIC_ARN``, :data:`MULTI_ENDPOINT_EXPERIMENT` with ``-c endpoints``)
+    with cdk-nag, into ``outdir``."""
     from aws_cdk import App
     from aws_cdk.assertions import Template
 
@@ -78,6 +81,7 @@ def synthesize(outdir: Path, *, env: Environment | None, experiments: tuple[str,
                     "experiment": exp_id,
                     "image_tag": "v1",
                     **({"sandbox": "true", "alarm_topic_arn": ALARM_TOPIC_ARN} if exp_id == SANDBOX_EXPERIMENT else {}),
+                    **({"endpoints": str(ENDPOINTS)} if exp_id == MULTI_ENDPOINT_EXPERIMENT else {}),
                 }
             ),
             shared=shared,

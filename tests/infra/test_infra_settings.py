@@ -104,6 +104,7 @@ def test_malformed_subnet_id_is_rejected_with_an_example() -> None:
         ("dispatcher_reserved_concurrency", "many", r"'many' is not an integer; give a whole number from 1 to 10000"),
         ("tps_limit", "fast", r"-c tps_limit='fast' is not a number; give a positive number"),
         ("sandbox", "yes", r"-c sandbox='yes' is not a boolean; give true or false"),
+        ("endpoints", "11", r"-c endpoints=11 is out of range; give a whole number from 1 to 10"),
     ],
 )
 def test_bad_values_name_their_flag(flag: str, value: str, message: str) -> None:

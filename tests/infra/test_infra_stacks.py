@@ -45,7 +45,15 @@ from rollout_contract.resources import (
 )
 from rollout_contract.results import Status
 from rollout_contract.sandbox import SANDBOX_SESSION_PREFIX
-from tests.infra.conftest import ALARM_TOPIC_ARN, MODES, SANDBOX_EXPERIMENT, SYNTH_TIMEOUT_S, Synthesized
+from tests.infra.conftest import (
+    ALARM_TOPIC_ARN,
+    ENDPOINTS,
+    MODES,
+    MULTI_ENDPOINT_EXPERIMENT,
+    SANDBOX_EXPERIMENT,
+    SYNTH_TIMEOUT_S,
+    Synthesized,
+)
 from trainer_client.doctor import policy_lets_rule_send
 
 #: The first test also pays for the session's synth of two apps (minutes on a busy machine).
@@ -432,10 +440,10 @@ def test_lambda_roles_hold_exactly_their_grants(synth: Synthesized) -> None:
         (update, budget),
         ("dynamodb:Query", f"{table}/index/*"),
     }
-    # AND of the shared budget table, only the session count and this runtime's invoke budget
+    # AND of the shared budget table, only the session count and this runtime's endpoints' invoke budgets
     budget_grant = next(s for s in _statements(template, "WorkersSweeperRole") if s["Resource"] == budget)
     leading_keys = budget_grant["Condition"]["ForAllValues:StringEquals"]["dynamodb:LeadingKeys"]
-    assert leading_keys == [SESSION_BUDGET_ID, f"tps#{runtime}#DEFAULT"]
+    assert leading_keys == [SESSION_BUDGET_ID, *(f"tps#{runtime}#{q}" for q in ("DEFAULT", "endpoint_1", "endpoint_2"))]
     # AND the functions' result writes must be first-writer-wins
     for role in ("WorkersDispatcherRole", "WorkersSweeperRole"):
         (put,) = [s for s in _statements(template, role) if s["Action"] == "s3:PutObject"]
@@ -560,6 +568,36 @@ def test_a_sandbox_experiments_trainer_may_run_sandboxes_in_the_shared_budgets_a
     # AND an agent experiment's trainer gets none of it
     agent_statements = _statements(synth.experiments["alpha"], "TrainerPolicy")
     assert not {"RunSandboxes", "RecordSandboxes", "SpendBudgets"} & {s.get("Sid") for s in agent_statements}
+
+
+def test_endpoints_flag_adds_endpoints_that_follow_the_runtime_each_with_its_budget(synth: Synthesized) -> None:
+    # GIVEN alpha, deployed with -c endpoints=3
+    template = synth.experiments[MULTI_ENDPOINT_EXPERIMENT]
+    runtime = next(iter(_resources(template, "AWS::BedrockAgentCore::Runtime")))
+    runtime_arn = f"<{runtime}.AgentRuntimeArn>"
+    # THEN its runtime gets two more endpoints, each serving the runtime's current version (not version 1)
+    endpoints = _resources(template, "AWS::BedrockAgentCore::RuntimeEndpoint")
+    assert sorted(_render(e["Properties"]["Name"]) for e in endpoints.values()) == ["endpoint_1", "endpoint_2"]
+    for endpoint in endpoints.values():
+        assert _render(endpoint["Properties"]["AgentRuntimeId"]) == f"<{runtime}.AgentRuntimeId>"
+        assert _render(endpoint["Properties"]["AgentRuntimeVersion"]) == f"<{runtime}.AgentRuntimeVersion>"
+    # AND the functions may spend each endpoint's invoke budget, and know of the three endpoints
+    budget_table = f"arn:<AWS::Partition>:dynamodb:<AWS::Region>:<AWS::AccountId>:table/{BUDGET_TABLE.name}"
+    budget = next(s for s in _statements(template, "WorkersDispatcherRole") if s["Resource"] == budget_table)
+    assert budget["Condition"]["ForAllValues:StringEquals"]["dynamodb:LeadingKeys"] == [
+        SESSION_BUDGET_ID,
+        *(f"tps#{runtime_arn}#{q}" for q in ("DEFAULT", "endpoint_1", "endpoint_2")),
+    ]
+    for function in _rollout_functions(template):
+        assert function["Environment"]["Variables"]["ROLLOUTS_RUNTIME_ENDPOINTS"] == str(ENDPOINTS)
+    names = ExperimentResources.for_experiment(MULTI_ENDPOINT_EXPERIMENT)
+    parameter = _one(template, "AWS::SSM::Parameter", Name=names.descriptor_parameter)
+    assert (
+        ExperimentDescriptor.model_validate_json(_render(parameter["Properties"]["Value"])).runtime_endpoints
+        == ENDPOINTS
+    )
+    # AND an experiment without the flag has its runtime's own endpoint only
+    assert _resources(synth.experiments[SANDBOX_EXPERIMENT], "AWS::BedrockAgentCore::RuntimeEndpoint") == {}
 
 
 def test_descriptor_parameter_holds_a_valid_experiment_descriptor(synth: Synthesized) -> None:

@@ -16,6 +16,7 @@ from infra.preflight import (
     BOOTSTRAP_STACK,
     BOOTSTRAP_VERSION_PARAMETER,
     Target,
+    check_endpoints,
     check_quotas,
     check_results_bucket,
     preflight,
@@ -151,6 +152,24 @@ def test_quotas_below_the_budgets_fail_and_unlisted_quotas_warn() -> None:
     assert result.detail == "Active session workloads per account is 500, the budget 900"
 
 
+def test_endpoints_say_what_k_buys_from_the_per_endpoint_invoke_quota() -> None:
+    # GIVEN an account whose invoke quota is 40/s per endpoint (AWS's answer stubbed), deploying 4 endpoints
+    target = Target(
+        region=REGION, account=ACCOUNT, endpoints=4, clients={"service-quotas": boto3.client("service-quotas")}
+    )
+    with Stubber(target.clients["service-quotas"]) as quotas:
+        invokes = {"QuotaName": "InvokeAgentRuntime requests per second", "QuotaCode": "L-2", "Value": 40.0}
+        quotas.add_response("list_aws_default_service_quotas", {"Quotas": [invokes]})
+        quotas.add_response("list_service_quotas", {"Quotas": []})
+        result = check_endpoints(target)
+    # THEN it passes and says the rollouts/s the 4 buy (an invoke and a stop each), and the most 10 buy
+    assert result.ok and not result.warn
+    assert "40/s per endpoint" in result.detail and "-c endpoints=4 dispatches up to 80 rollouts/s" in result.detail
+    assert "10 endpoints 200/s" in result.detail
+    # AND more endpoints than a runtime may have fail, naming the range
+    assert not check_endpoints(Target(region=REGION, account=ACCOUNT, endpoints=11, clients=target.clients)).ok
+
+
 def test_the_cli_prints_one_line_per_check_and_exits_1_on_a_failure(capsys: pytest.CaptureFixture[str]) -> None:
     status = rollouts(["preflight", "--region", REGION, "--image-tag", "v1"])
     out = capsys.readouterr().out.splitlines()
@@ -162,4 +181,5 @@ def test_the_cli_prints_one_line_per_check_and_exits_1_on_a_failure(capsys: pyte
         "results bucket",
         "agent image",
         "quotas",
+        "endpoints",
     ]

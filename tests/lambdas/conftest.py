@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
 from moto import mock_aws
@@ -30,7 +30,7 @@ from rollout_budgets.ledger import Recorded
 from rollout_contract.aws import ClientFactory
 from rollout_contract.budgets import ATTR_NEXT_AT, tps_budget_id
 from rollout_contract.messages import CancelRequest, DispatchRequest
-from rollout_contract.protocol import ERROR_TYPE_HEADER, SESSION_HEADER, AcrError
+from rollout_contract.protocol import DEFAULT_QUALIFIER, ERROR_TYPE_HEADER, SESSION_HEADER, AcrError
 from rollout_contract.resources import (
     BUDGET_PARTITION_KEY,
     BUDGET_TABLE,
@@ -57,6 +57,8 @@ class AcrCall:
     session_id: str
     body: dict[str, Any]
     at: float
+    #: The endpoint called (``?qualifier=``).
+    qualifier: str = DEFAULT_QUALIFIER
 
 
 @dataclass
@@ -100,9 +102,11 @@ class AcrDouble:
                 c for c in self.calls if c.operation == operation and (session_id is None or c.session_id == session_id)
             ]
 
-    def answer(self, operation: str, session_id: str, body: dict[str, Any]) -> AcrError | None:
+    def answer(
+        self, operation: str, session_id: str, body: dict[str, Any], qualifier: str = DEFAULT_QUALIFIER
+    ) -> AcrError | None:
         with self.lock:
-            self.calls.append(AcrCall(operation, session_id, body, time.time()))
+            self.calls.append(AcrCall(operation, session_id, body, time.time(), qualifier))
             self.in_flight[operation] += 1
             self.peak[operation] = max(self.peak[operation], self.in_flight[operation])
             try:
@@ -131,13 +135,14 @@ def _handler_class(double: AcrDouble) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
             path = urlsplit(self.path).path
+            qualifier = parse_qs(urlsplit(self.path).query).get("qualifier", [DEFAULT_QUALIFIER])[0]
             parts = path.strip("/").split("/")
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
             if len(parts) != 3 or parts[0] != "runtimes" or unquote(parts[1]) != RUNTIME_ARN:
                 self._send(404, {"message": f"no such runtime path {path}"}, "ResourceNotFoundException")
                 return
-            error = double.answer(parts[2], self.headers.get(SESSION_HEADER, ""), json.loads(raw or b"{}"))
+            error = double.answer(parts[2], self.headers.get(SESSION_HEADER, ""), json.loads(raw or b"{}"), qualifier)
             if error is not None:
                 self._send(error.http_status, {"message": f"scripted {error.code}"}, error.code)
             elif parts[2] == INVOKE:

@@ -11,6 +11,8 @@ import pytest
 from lambdas import dispatcher, finisher
 from lambdas.dispatcher import DispatchOutcome, dispatch, retry_delay_s
 from lambdas.exceptions import RequeueError
+from lambdas.finishing import finish_rollout
+from lambdas.runtime import Runtime
 from rollout_budgets.ledger import Admission
 from rollout_contract.budgets import ATTR_NEXT_AT, tps_budget_id
 from rollout_contract.keys import payload_ref_key
@@ -25,7 +27,7 @@ from rollout_contract.protocol import (
     VALIDATION,
 )
 from rollout_contract.resources import BUDGET_PARTITION_KEY
-from rollout_contract.results import ROLLOUT_FIELD, Status
+from rollout_contract.results import ROLLOUT_FIELD, RolloutResult, Status
 from rollout_contract.sessions import SessionState
 from tests.lambdas.conftest import (
     BUCKET,
@@ -581,3 +583,25 @@ def test_an_invoke_whose_budget_is_full_waits_for_a_slot_in_reach_instead_of_goi
     assert len(env.acr.calls_of(INVOKE)) == 1
     # (slot times are sums of floats, DynamoDB adds in decimal: equal to within a microsecond)
     assert env.rt.ledger.get(request.session_id).dispatched_at >= next_at - 1e-6
+
+
+def test_with_two_endpoints_invokes_go_where_a_token_is_soonest_and_stops_follow_the_session(env: Env) -> None:
+    # GIVEN an experiment whose runtime has two endpoints, each with its own invoke budget
+    rt = Runtime.build(env.rt.settings.model_copy(update={"runtime_endpoints": 2}), env.rt.clients)
+    assert [acr.qualifier for acr in rt.acrs] == ["DEFAULT", "endpoint_1"]
+    first, second = env.start_request(), env.start_request()
+
+    # WHEN two rollouts are dispatched, one after the other, and their agents' results are finished
+    assert dispatch(first, receive_count=1, rt=rt) is DispatchOutcome.INVOKED
+    assert dispatch(second, receive_count=1, rt=rt) is DispatchOutcome.INVOKED
+    for request in (first, second):
+        result = RolloutResult.terminal(Status.SUCCEEDED, key=request.key, s3_bucket=BUCKET)
+        rt.store.write_first(result)
+        finish_rollout(result, rt)
+
+    # THEN the second went to the endpoint whose token was sooner (the first's budget had just been spent)
+    invoked = {call.session_id: call.qualifier for call in env.acr.calls_of(INVOKE)}
+    assert invoked == {first.session_id: "DEFAULT", second.session_id: "endpoint_1"}
+    # AND each session's endpoint is on its item, and its stop went to that endpoint and no other
+    assert {r.session_id: rt.ledger.get(r.session_id).endpoint for r in (first, second)} == invoked
+    assert {call.session_id: call.qualifier for call in env.acr.calls_of(STOP)} == invoked

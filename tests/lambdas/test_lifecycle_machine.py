@@ -9,7 +9,8 @@ changed; a session whose agent stored its result is stopped only once its rollou
 "session stopped" column: the slot is freed when the result is stored, before the stop), and a finish of such
 a rollout whose stop fails still frees the slot;
 at the end, once every message is handled and every deadline passed, each rollout is finished with exactly the
-status of its one result and every session that was started has been stopped.
+status of its one result and every session that was started has been stopped. The runtime has two endpoints:
+every stop goes to the endpoint its session was invoked on, which its item records.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from lambdas.sweeper import sweep
 from rollout_budgets.errors import AcrCallError, NoTokenError
 from rollout_contract.lifecycle import HOLDING_SLOT, allowed
 from rollout_contract.messages import DispatchRequest
-from rollout_contract.protocol import INTERNAL_SERVER, THROTTLING, VALIDATION
+from rollout_contract.protocol import DEFAULT_QUALIFIER, INTERNAL_SERVER, THROTTLING, VALIDATION
 from rollout_contract.resources import SESSIONS_PARTITION_KEY
 from rollout_contract.results import RolloutResult, Status, Timings
 from rollout_contract.sessions import ATTR_INFLIGHT, ATTR_STATE, SessionState
@@ -38,6 +39,8 @@ from tests.lambdas.conftest import BUCKET, EXP_ID, INVOKE, STOP, Env, SteppedClo
 
 #: Rollouts one run submits; the session budget (3) is smaller, so starts wait for slots.
 ROLLOUTS = 5
+#: Endpoints of the runtime (each its own invoke budget).
+ENDPOINTS = 2
 TIMEOUT_S = 30.0
 QUEUE_TIMEOUT_S = 90.0
 _WRITES = frozenset({"UpdateItem", "TransactWriteItems", "PutItem", "DeleteItem"})
@@ -67,6 +70,8 @@ class Observer:
         self.stops: dict[str, int] = dict.fromkeys(session_ids, 0)
         #: Sessions whose agent stored the result (its work done: the slot is freed before the stop).
         self.agent_ended: set[str] = set()
+        #: The endpoint (qualifier) each session's accepted invoke went to.
+        self.endpoints: dict[str, str] = {}
 
     def after_write(self, model: Any, **_: Any) -> None:
         if model.name in _WRITES:
@@ -101,7 +106,9 @@ class Lifecycle(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.rt = Runtime.build(self.env.rt.settings, self.env.rt.clients, clock=self.clock, sleep=self.clock.sleep)
+        # Two endpoints of the runtime, each with its own invoke budget: a session's stop must go to its own.
+        settings = self.env.rt.settings.model_copy(update={"runtime_endpoints": ENDPOINTS})
+        self.rt = Runtime.build(settings, self.env.rt.clients, clock=self.clock, sleep=self.clock.sleep)
         self.rollouts = [
             Rollout(
                 self.env.start_request(
@@ -155,14 +162,19 @@ class Lifecycle(RuleBasedStateMachine):
         double, original = self.env.acr, type(self.env.acr).answer
         observer = self.observer
 
-        def answer(operation: str, session_id: str, body: dict[str, Any]) -> Any:
+        def answer(operation: str, session_id: str, body: dict[str, Any], qualifier: str = DEFAULT_QUALIFIER) -> Any:
             state = observer.states.get(session_id, SessionState.FINISHED)
             if operation == STOP and session_id in observer.agent_ended and state is not SessionState.FINISHED:
                 observer.violations.append(f"{session_id}: stopped while {state} although its agent's result is stored")
-            error = original(double, operation, session_id, body)
+            invoked_on = observer.endpoints.get(session_id)
+            if operation == STOP and invoked_on is not None and qualifier != invoked_on:
+                observer.violations.append(f"{session_id}: invoked on {invoked_on}, stopped on {qualifier}")
+            error = original(double, operation, session_id, body, qualifier)
             if error is None and session_id in observer.starts:
                 counts = observer.starts if operation == INVOKE else observer.stops
                 counts[session_id] += 1
+                if operation == INVOKE:
+                    observer.endpoints[session_id] = qualifier
             return error
 
         double.answer = answer  # type: ignore[method-assign]
@@ -295,6 +307,10 @@ class Lifecycle(RuleBasedStateMachine):
         assert self.observer.violations == []
         unstopped = [sid for sid, starts in self.observer.starts.items() if starts and not self.observer.stops[sid]]
         assert unstopped == [], "started sessions never stopped"
+        recorded = {r.request.session_id: self.rt.ledger.get(r.request.session_id) for r in self.rollouts}
+        for session_id, endpoint in self.observer.endpoints.items():
+            record = recorded[session_id]
+            assert record is not None and record.endpoint in (endpoint, None), (session_id, endpoint, record)
         self.a_stored_result_never_changes()
         for rollout in self.rollouts:
             record = self.rt.ledger.get(rollout.request.session_id)

@@ -34,7 +34,7 @@ def running_sandbox(env: Env, *, lifetime_s: float) -> SandboxStart:
     )
     assert started.admission is Admission.ADMITTED
     assert env.rt.ledger.mark_running(
-        start.session_id, owner="trainer-1", dispatched_at=now, deadline_at=now + lifetime_s
+        start.session_id, owner="trainer-1", dispatched_at=now, deadline_at=now + lifetime_s, endpoint="DEFAULT"
     )
     return start
 
