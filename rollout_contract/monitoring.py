@@ -36,6 +36,8 @@ __all__ = [
 
 #: Seconds of every graph's and alarm's period.
 PERIOD_S = 60
+#: The unit of a 1-minute Sum on a graph's axis.
+PER_MINUTE = "per minute"
 #: Minutes of back-to-back throttled 1-minute periods that count as sustained throttling.
 THROTTLE_MINUTES = 10
 #: Back-to-back 1-minute periods with a rollout stuck past its deadline (or no sweeper data) that page.
@@ -108,7 +110,8 @@ class Line:
 
 @dataclass(frozen=True)
 class Graph:
-    """A line graph: ``left`` and ``right`` axes, ``lines`` on the left; ``width`` of the dashboard's 24 columns."""
+    """A line graph: ``left`` and ``right`` axes, ``lines`` on the left; ``width`` of the dashboard's 24 columns;
+    each axis' unit (``per minute``: a 1-minute Sum)."""
 
     title: str
     left: tuple[Series, ...]
@@ -116,6 +119,8 @@ class Graph:
     lines: tuple[Line, ...] = ()
     width: int = 8
     height: int = 6
+    left_unit: str = PER_MINUTE
+    right_unit: str = PER_MINUTE
 
 
 @dataclass(frozen=True)
@@ -304,6 +309,8 @@ def dashboard(watched: Monitored) -> Dashboard:
                     ),
                     right=(overdue(exp_id),),
                     lines=(sessions_line,),
+                    left_unit="sessions",
+                    right_unit="rollouts",
                 ),
                 Graph(
                     "Dispatch lag (s)",
@@ -319,6 +326,7 @@ def dashboard(watched: Monitored) -> Dashboard:
                         of(names.QUEUE_DELAY, "submitted -> dispatched p90", "p90"),
                     ),
                     right=(of(names.REQUEUED, "re-queued"),),
+                    left_unit="seconds",
                 ),
             ),
             (
@@ -339,6 +347,7 @@ def dashboard(watched: Monitored) -> Dashboard:
                         runtime("UserErrors", "user errors"),
                     ),
                     right=(runtime("Latency", "latency"),),
+                    right_unit="ms",
                 ),
                 Graph("Failed rollouts by status", tuple(c for s, c in completed.items() if s is not Status.SUCCEEDED)),
             ),
@@ -350,8 +359,9 @@ def dashboard(watched: Monitored) -> Dashboard:
                 Graph(
                     "Lambda duration p90",
                     tuple(_function(name, "Duration", label=label, statistic="p90") for label, name in functions),
+                    left_unit="ms",
                 ),
-                Graph("Reward mean", (of(names.REWARD, "reward", "Average"),)),
+                Graph("Reward mean", (of(names.REWARD, "reward", "Average"),), left_unit="reward"),
             ),
             (
                 Graph(
@@ -360,13 +370,15 @@ def dashboard(watched: Monitored) -> Dashboard:
                         *(of(names.DURATION, p, p) for p in ("p50", "p90", "p99")),
                         of(names.START_DELAY, "dispatched -> started p90 (cold start)", "p90"),
                     ),
+                    left_unit="seconds",
                 ),
                 Graph(
                     "Longest rollout vs session lifetime (s)",
                     (of(names.DURATION, "longest rollout", "Maximum"),),
                     lines=(Line(watched.max_lifetime_s, "max session lifetime"),),
+                    left_unit="seconds",
                 ),
-                Graph("Dead-letter queue depth", tuple(dead_letter_depths(watched).values())),
+                Graph("Dead-letter queue depth", tuple(dead_letter_depths(watched).values()), left_unit="messages"),
             ),
             (
                 Graph(
@@ -379,6 +391,8 @@ def dashboard(watched: Monitored) -> Dashboard:
                             label=f"est. USD per 1,000 rollouts (${SESSION_HOUR_USD:.4f}/session-hour)",
                         ),
                     ),
+                    left_unit="session-hours",
+                    right_unit="USD",
                 ),
                 Graph(
                     "Result written -> trainer (s)",
@@ -392,13 +406,20 @@ def dashboard(watched: Monitored) -> Dashboard:
                             statistic="Maximum",
                         ),
                     ),
+                    left_unit="seconds",
                 ),
                 Graph(
                     "Completed by run and status",
                     (Search(names.NAMESPACE, (*per_run, names.STATUS_DIMENSION), names.COMPLETED, match, "Sum"),),
                 ),
             ),
-            (Graph("Reward mean by run", (Search(names.NAMESPACE, per_run, names.REWARD, match, "Average"),)),),
+            (
+                Graph(
+                    "Reward mean by run",
+                    (Search(names.NAMESPACE, per_run, names.REWARD, match, "Average"),),
+                    left_unit="reward",
+                ),
+            ),
             (AlarmStatus("Alarms"),),
         )
     )

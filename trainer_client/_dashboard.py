@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import json
 import operator
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -112,6 +113,7 @@ class DashboardReader:
                         "width": widget.width,
                         "series": drawn,
                         "lines": [{"value": line.value, "label": line.label} for line in widget.lines],
+                        "units": {"left": widget.left_unit, "right": widget.right_unit},
                     }
                 )
         return {"title": self.title, "at": now * 1000, "window_s": WINDOW_S, "widgets": widgets}
@@ -284,14 +286,23 @@ def server(reader: DashboardReader, port: int) -> ThreadingHTTPServer:
                 self._send(404, "text/plain", b"not found")
 
         def _send(self, status: int, kind: str, body: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Cache-Control", "no-store")
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True  # the browser went away (a tab closed, a reload): nothing to say
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the http.server signature)
             pass
 
-    return ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    class Server(ThreadingHTTPServer):
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            """A client that disconnects is no error worth a traceback; anything else still prints one."""
+            if not isinstance(sys.exc_info()[1], ConnectionError):
+                super().handle_error(request, client_address)
+
+    return Server(("127.0.0.1", port), Handler)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 import threading
 import urllib.request
 from datetime import UTC, datetime, timedelta
@@ -114,3 +115,31 @@ def test_a_port_in_use_is_refused_with_the_way_out_not_a_traceback(descriptor, c
     # THEN it exits as a usage error naming the port and what to pass instead
     assert exited.value.code == 2
     assert f"cannot serve on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_a_browser_that_disconnects_leaves_no_traceback(descriptor, capfd) -> None:
+    # GIVEN the dashboard served on a free port
+    with server(DashboardReader(descriptor, aws("cloudwatch")), 0) as serving:
+        threading.Thread(target=serving.serve_forever, daemon=True).start()
+        try:
+            # WHEN browsers ask for the page and its data and go away before the answer (a reset connection)
+            for path in ("/", "/data.json") * 3:
+                with socket.create_connection(serving.server_address[:2]) as conn:
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    conn.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            # AND one more reads its page
+            url = f"http://127.0.0.1:{serving.server_address[1]}/"
+            assert urllib.request.urlopen(url, timeout=10).status == 200
+        finally:
+            serving.shutdown()
+    # THEN the server printed nothing (was: a BrokenPipeError traceback per disconnect) and served on
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "BrokenPipeError" not in err
+
+
+def test_every_graph_says_the_unit_of_its_axes(descriptor) -> None:
+    data = DashboardReader(descriptor, aws("cloudwatch")).read()
+    units = {w["title"]: w["units"] for w in data["widgets"] if w["kind"] == "graph"}
+    assert all(unit["left"] for unit in units.values())
+    assert units["Runtime"] == {"left": "per minute", "right": "ms"}
+    assert units["Lambda duration p90"]["left"] == "ms" and units["Rollout duration (s)"]["left"] == "seconds"
