@@ -300,6 +300,10 @@ def create_settled_app(config: GatewayConfig) -> FastAPI:
     app.add_api_route(SETTLED_TRACES_PATH, settled_traces, methods=["GET"])
     app.add_api_route(WEIGHT_VERSION_PATH, set_weight_version, methods=["POST"])
     app.add_api_route(WEIGHT_VERSION_PATH, get_weight_version, methods=["GET"])
+    # Ours first: the gateway at rLLM HEAD routes /sessions/{session_id:path} (which would take the settled path)
+    # and has a weight version route of its own (whose version would not reach our records).
+    ours = app.router.routes[-3:]
+    app.router.routes[:] = [*ours, *app.router.routes[:-3]]
     app.add_middleware(_CountCalls, calls=calls, pending_writes=pending_writes)
     return app
 
