@@ -289,9 +289,8 @@ def _invoke(
 ) -> DispatchOutcome:
     """Invoke an admitted rollout in a reserved TPS slot and record the outcome; its timeout runs from now."""
     ledger, session_id = rt.ledger, request.session_id
-    acr = rt.soonest_endpoint()
     try:
-        slot_start = acr.reserve_invoke()
+        acr, slot_start = rt.reserve_invoke()
     except NoTokenError as exc:
         ledger.release_to_queued(session_id, owner=owner, deadline_at=request.deadline_at, attempted=False)
         raise RequeueError("invoke budget reserved beyond the invoke horizon", exc.retry_after_s) from exc

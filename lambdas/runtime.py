@@ -22,6 +22,7 @@ import botocore
 from lambdas.observability import bind_experiment, logger
 from lambdas.store import ResultStore
 from rollout_budgets.acr import Acr
+from rollout_budgets.errors import NoTokenError
 from rollout_budgets.ledger import Ledger
 from rollout_budgets.slot_wait import SlotWaiter
 from rollout_budgets.tps import TpsBudget
@@ -128,9 +129,26 @@ class Runtime:
         """The first endpoint's (the runtime's own): the only one unless the experiment has several."""
         return self.acrs[0]
 
-    def soonest_endpoint(self) -> Acr:
-        """The endpoint whose invoke budget has a free slot soonest, as this process last saw the budgets."""
-        return min(self.acrs, key=lambda acr: acr.tps.next_free_seen)
+    def reserve_invoke(self) -> tuple[Acr, float]:
+        """An invoke slot on the endpoint that has one soonest: the endpoints are tried without waiting, the one whose
+        next slot this process saw soonest first; when none has one within the invoke horizon, the caller waits (as
+        :meth:`Acr.reserve_invoke`) on the one whose slot comes first. Returns the endpoint and the slot's start.
+
+        Raises:
+            NoTokenError: no slot came within reach in the invoke wait.
+        """
+        ordered = sorted(self.acrs, key=lambda acr: acr.tps.next_free_seen)
+        if len(ordered) == 1:
+            return ordered[0], ordered[0].reserve_invoke()
+        first_free: tuple[float, Acr] | None = None
+        for acr in ordered:
+            try:
+                return acr, acr.tps.reserve(horizon_s=acr.invoke_horizon_s)
+            except NoTokenError as exc:
+                if first_free is None or exc.retry_after_s < first_free[0]:
+                    first_free = (exc.retry_after_s, acr)
+        assert first_free is not None
+        return first_free[1], first_free[1].reserve_invoke()
 
     def endpoint(self, qualifier: str | None) -> Acr:
         """The endpoint ``qualifier`` (a session's recorded one); the first when ``None`` or not one of them."""
