@@ -13,7 +13,8 @@ drain faster than ``2 * rollouts / invoke_tps`` seconds; ``drain_efficiency`` is
 time the backlog really took (first submit to last result). One JSON line ends the output:
 ``submitted``, ``by_status``, ``lost`` (no result by ``--max-wait-s``), ``unexpected`` (a rollout that
 should succeed did not, or a crash that did not end ``timed_out``), ``drain_s``, ``ideal_drain_s``,
-``drain_efficiency``, ``calls_per_s`` (invokes + stops per second at the emulator), ``throttled``
+``drain_efficiency``, ``calls_per_s`` (invokes + stops per second at the emulator), ``steady_dispatch_per_s``
+(invokes per second between the 10th and the 90th percentile rollout's invoke), ``throttled``
 (calls the emulator refused with 429), ``queue_wait_s`` (submit to invoke, p50/max),
 ``timed_out_late_s`` (result written minus deadline, p50/p90/max) and ``sweep_interval_s``. The exit
 status is 0 only if ``lost == 0 and unexpected == 0``; ``local_errors`` counts futures that failed in the
@@ -114,6 +115,9 @@ def report(
             queue_wait.append(timings.dispatched_at - timings.submitted_at)
         if result.status is Status.TIMED_OUT and timings.dispatched_at and timings.finished_at:
             late.append(timings.finished_at - (timings.dispatched_at + args.timeout))
+    dispatched = sorted(r.timings.dispatched_at for r in results.values() if r.timings.dispatched_at is not None)
+    tenth, ninetieth = int(0.1 * len(dispatched)), int(0.9 * len(dispatched))
+    steady = dispatched[ninetieth] - dispatched[tenth] if ninetieth > tenth else 0.0
     calls = counters.get("invokes", 0) + counters.get("stops", 0)
     ideal_drain_s = 2 * args.rollouts / args.invoke_tps
     return {
@@ -125,6 +129,8 @@ def report(
         "ideal_drain_s": round(ideal_drain_s, 1),
         "drain_efficiency": round(ideal_drain_s / drain_s, 3),
         "calls_per_s": round(calls / drain_s, 2),
+        # Invokes per second between the 10th and the 90th percentile rollout's invoke (no start-up, no tail).
+        "steady_dispatch_per_s": round((ninetieth - tenth) / steady, 3) if steady > 0 else None,
         "invoke_tps": args.invoke_tps,
         "max_sessions": args.max_sessions,
         "throttled": counters.get("throttles", 0),
