@@ -94,7 +94,7 @@ def print_sessions(
 
 
 def _ended_phrase(ended: Sequence[tuple[SessionRecord, ClientResult]]) -> str:
-    """``2 more ended (1 agent_error, 1 succeeded)``-style: how many, and how each ended."""
+    """``2 rollouts listed in flight already ended with a stored result (1 agent_error, 1 succeeded)``."""
     statuses = Counter(result.status.value for _, result in ended)
     how = ", ".join(f"{count} {status}" for status, count in sorted(statuses.items()))
     return f"{plural(len(ended), 'rollout')} listed in flight already ended with a stored result ({how})"
@@ -164,8 +164,13 @@ def cancel_rollouts(
             and (everything or record.input_id == input_id)
         ]
     view = client.check_ended(records)
+    named = set(session_ids)
     for record, result in view.ended:
-        print(f"rollout {record.session_id} already ended ({result.status.value}): nothing to cancel", file=out)
+        if record.session_id in named:
+            print(f"rollout {record.session_id} already ended ({result.status.value}): nothing to cancel", file=out)
+    unnamed = [(record, result) for record, result in view.ended if record.session_id not in named]
+    if unnamed:  # the sessions table still listed them (it learns of an end late): one line, not one each
+        print(f"{_ended_phrase(unnamed)}: nothing to cancel", file=out)
     # A finished item without a stored result is a sandbox's or one whose result was deleted: nothing to cancel.
     live = [record for record in view.in_flight if record.state is not SessionState.FINISHED]
     if not live:

@@ -137,6 +137,20 @@ def test_cancel_of_an_unknown_rollout_exits_1_and_of_an_ended_one_0_as_with_noth
     assert depth == "0"  # no cancel request was sent
 
 
+def test_cancel_of_a_group_sends_nothing_to_the_ones_already_ended_and_counts_them_in_one_line(
+    descriptor, rollouts, backend, capsys
+):
+    # GIVEN one of g1's three rollouts ended (its result stored) while the sessions table still lists it
+    store(descriptor, rollouts["run-b"], "g1", "succeeded")
+    # WHEN g1 is cancelled
+    assert main(["cancel", descriptor.exp_id, "--input-id", "g1", "--wait", "0"]) == 0
+    # THEN only the two others are sent a cancel, and one line says the third had ended, and how
+    assert {c.session_id for c in backend.receive(2)} == {rollouts["run-a"], rollouts["que-d"]}
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "1 rollout listed in flight already ended with a stored result (1 succeeded): nothing to cancel"
+    assert lines[1].startswith("cancel requested for 2 rollouts: ")
+
+
 def test_cancel_says_how_each_rollout_it_asked_to_cancel_really_ended(descriptor, rollouts, backend, capsys):
     # GIVEN a dispatcher that ends one of g1's rollouts cancelled, while the other had succeeded before the cancel
     def dispatcher():
