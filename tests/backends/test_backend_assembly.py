@@ -209,9 +209,10 @@ def test_each_rows_routing_is_the_routing_of_its_tokens_through_prefix_breaks_an
         offset = max(len(uncut) - max_prompt, 0)
         full = row.prompt_ids + row.response_ids
         assert row.routed_experts is not None
-        assert row.routed_experts.nested() == [route(token, offset + i) for i, token in enumerate(full)][
-            : row.routed_experts.tokens
-        ]
+        assert (
+            row.routed_experts.nested()
+            == [route(token, offset + i) for i, token in enumerate(full)][: row.routed_experts.tokens]
+        )
         assert row.routed_experts.tokens >= len(full) - 1  # every token but the row's very last was fed
 
 
