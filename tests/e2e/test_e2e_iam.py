@@ -12,6 +12,8 @@ call, or is listed in :data:`NOT_RECORDED` with why the local twin cannot show i
 from __future__ import annotations
 
 import json
+import os
+import signal
 from collections import Counter
 from concurrent.futures import CancelledError
 from pathlib import Path
@@ -156,6 +158,13 @@ def _slots_held() -> int:
     return int(item.get(held_attribute(EXP), {"N": "0"})["N"])
 
 
+def _finisher_names(stack: LocalStack) -> set[str]:
+    """The local workers that run the experiment's finisher (``worker-<exp>``, ``worker-<exp>-finisher-<i>``)."""
+    return {
+        name for name in stack.worker_names() if name == f"worker-{EXP}" or name.startswith(f"worker-{EXP}-finisher")
+    }
+
+
 def _queued(queue_url: str) -> int:
     names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
     attributes = _admin("sqs").get_queue_attributes(QueueUrl=queue_url, AttributeNames=names)["Attributes"]
@@ -207,6 +216,20 @@ def _drive(stack: LocalStack, root: Path) -> None:
         httpx.post(f"{stack.emulator_url}/_admin/throttle", json={"invoke_tps": 0.01, "seconds": 8}, timeout=5)
         started_late = client.invoke({"action": "succeed"}, input_id="start-throttled", timeout=60)
         assert [f.result(timeout=RESULT_WAIT_S).status for f in (stopped_late, started_late)] == [Status.SUCCEEDED] * 2
+        # A result stored while the finisher is held up (its workers paused, as a slow or throttled Lambda): past
+        # the 4 s deadline the sweeper's timed_out loses to the stored result, which it reads and finishes with
+        # (since D90 an agent's result frees its slot before the stop, so the throttle above no longer gets here).
+        assert wait_until(lambda: _slots_held() == 0, timeout_s=30)
+        finishers = [process for process in stack.processes if process.name in _finisher_names(stack)]
+        for process in finishers:
+            os.killpg(process.pid, signal.SIGSTOP)
+        try:
+            held = client.invoke({"action": "succeed", "sleep_s": 1}, input_id="finisher-held", timeout=4)
+            assert held.result(timeout=RESULT_WAIT_S).status is Status.SUCCEEDED
+            assert wait_until(lambda: _slots_held() == 0, timeout_s=30)  # the sweeper ended it, finishers paused
+        finally:
+            for process in finishers:
+                os.killpg(process.pid, signal.SIGCONT)
         # A cancel of a running rollout: the dispatcher ends it, the finisher stops its session.
         cancelled = client.invoke({"action": "succeed", "sleep_s": 60}, input_id="cancelled", timeout=120)
         assert wait_until(lambda: _session_started(stack, cancelled.session_id))
