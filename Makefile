@@ -80,7 +80,8 @@ browser:
 		&& apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
 		|| echo "no chromium, and not root with apt-get: the dashboard's browser test will skip"
 
-test: lint browser
+# The e2e tests run the docs' local command blocks from .venv-demo, as a user after `make demo` (they skip without it).
+test: lint browser demo-env
 	$(BIN)/python -m pytest -m "not e2e" $(PARALLEL)
 	$(BIN)/python -m pytest -m e2e
 	$(MAKE) test-ml
