@@ -90,10 +90,8 @@ class SandboxBudget:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if attempts < 1:
-            raise ValueError(f"max_retry_attempts must be at least 1, got {attempts}")
         self.trainer_id = trainer_id
-        self._retry = RetryPolicy(attempts=attempts, base_delay_s=_BACKOFF_BASE_S, max_delay_s=_BACKOFF_MAX_S)
+        self._retry = _call_retry(attempts)
         self._clock, self._sleep = clock, sleep
         self.ledger = Ledger(
             dynamodb,
@@ -241,11 +239,9 @@ class DirectCalls(SandboxBudget):
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if attempts < 1:
-            raise ValueError(f"max_retry_attempts must be at least 1, got {attempts}")
+        self._retry = _call_retry(attempts)
         self._agentcore = agentcore
         self._target = {"agentRuntimeArn": runtime_arn, "qualifier": qualifier}
-        self._retry = RetryPolicy(attempts=attempts, base_delay_s=_BACKOFF_BASE_S, max_delay_s=_BACKOFF_MAX_S)
         self._clock, self._sleep = clock, sleep
 
     def admit(self, start: SandboxStart, *, until: float) -> None:
@@ -282,6 +278,13 @@ class DirectCalls(SandboxBudget):
                 return bytes(stream.read())
         except (ClientError, BotoCoreError) as exc:
             raise classify(exc) from exc
+
+
+def _call_retry(attempts: int) -> RetryPolicy:
+    """How a sandbox's session calls are retried: ``attempts`` tries, backing off from 1 s to 8 s."""
+    if attempts < 1:
+        raise ValueError(f"max_retry_attempts must be at least 1, got {attempts}")
+    return RetryPolicy(attempts=attempts, base_delay_s=_BACKOFF_BASE_S, max_delay_s=_BACKOFF_MAX_S)
 
 
 def _transient(exc: Exception) -> bool:
