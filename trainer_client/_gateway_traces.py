@@ -7,11 +7,12 @@
   agent receives.
 - **Weight version**: the version the server stamped on its response (``weight_version``, as the tiny policy and
   rLLM's engines do), else the one the trainer last gave the gateway (``POST /admin/weight_version``), in
-  ``metadata["weight_version"]``; ``None`` when neither is known.
+  ``metadata["weight_version"]``; ``None`` when neither is known. The gateway also counts the completion tokens each
+  version served over the last five minutes (:class:`WeightVersion`), which ``rollouts top`` reads as staleness.
 
 rllm-model-gateway 0.1.0 builds a record with the module functions ``build_trace_record`` (a whole response) and
 ``build_trace_record_from_chunks`` (a stream), which its proxy calls by the names it imported; it stores a record
-through ``ReverseProxy._persist`` (a whole response) or ``ReverseProxy._safe_store`` (a stream), and strips vLLM's
+through its store's ``store_trace`` (``ReverseProxy._persist`` and ``_safe_store`` both call it), and strips vLLM's
 fields from what the agent sees with ``strip_vllm_fields``, which reads ``data_process._VLLM_CHOICE_FIELDS``.
 :func:`install` and :func:`record_version` wrap those (checked with 0.1.0; ``tests/trainer_client/test_gateway_moe.py``
 fails when they move).
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -30,20 +33,48 @@ from rllm_model_gateway.models import TraceRecord
 
 from trainer_client.routing import RoutingFormatError, routing_of_choice
 
-__all__ = ["ROUTING_FIELDS", "WeightVersion", "install", "record_version"]
+__all__ = ["ROUTING_FIELDS", "SERVED_WINDOW_S", "WeightVersion", "install", "record_version"]
 
 logger = logging.getLogger("trainer_client.gateway")
 
 #: The choice fields that carry routing: kept compactly in the trace, never sent on to the agent.
 ROUTING_FIELDS = frozenset({"routed_experts", "routing_matrices"})
 _INSTALLED = "_agentcore_rollouts_capture"
+#: Seconds over which the gateway counts the tokens each weight version served (``rollouts top``'s staleness).
+SERVED_WINDOW_S = 300
+#: Width of one bucket of those counts.
+SERVED_BUCKET_S = 10
 
 
 class WeightVersion:
-    """The policy version the trainer last gave the gateway (``None`` until it gives one)."""
+    """The policy version the trainer last gave the gateway (``None`` until it gives one), and how many completion
+    tokens each version served in the last :data:`SERVED_WINDOW_S` seconds (kept in :data:`SERVED_BUCKET_S`
+    buckets: the memory and the read's cost grow with the versions in the window, not with the calls)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.current: int | None = None
+        self._clock = clock
+        self._buckets: deque[tuple[int, Counter[int | None]]] = deque()
+
+    def served(self, version: int | None, tokens: int) -> None:
+        """A call of ``tokens`` completion tokens was served by ``version`` (``None``: unknown) just now."""
+        bucket = int(self._clock() // SERVED_BUCKET_S)
+        if not self._buckets or self._buckets[-1][0] != bucket:
+            self._buckets.append((bucket, Counter()))
+        self._buckets[-1][1][version] += tokens
+        self._forget_old(bucket)
+
+    def recent(self) -> Counter[int | None]:
+        """Completion tokens by the version that served them, over the last :data:`SERVED_WINDOW_S` seconds."""
+        self._forget_old(int(self._clock() // SERVED_BUCKET_S))
+        total: Counter[int | None] = Counter()
+        for _, counts in self._buckets:
+            total.update(counts)
+        return total
+
+    def _forget_old(self, bucket: int) -> None:
+        while self._buckets and self._buckets[0][0] <= bucket - SERVED_WINDOW_S // SERVED_BUCKET_S:
+            self._buckets.popleft()
 
 
 def install() -> None:
@@ -62,30 +93,27 @@ def install() -> None:
 
 
 def record_version(proxy: Any, version: WeightVersion) -> None:
-    """Make ``proxy`` store each record with ``version.current`` where the server stamped no version.
+    """Make ``proxy`` store each record with ``version.current`` where the server stamped no version, and count its
+    completion tokens in ``version``.
 
-    A whole response's record goes through ``ReverseProxy._persist``, a stream's through ``_safe_store``.
+    Every record, whole or streamed, synchronous or not, is written by one ``proxy.store.store_trace`` call.
     """
-    if not all(callable(getattr(proxy, name, None)) for name in ("_persist", "_safe_store")):
+    store = getattr(proxy, "store", None)
+    if not callable(getattr(store, "store_trace", None)):
         raise RuntimeError(
-            "this rllm-model-gateway's ReverseProxy has no _persist / _safe_store (checked with 0.1.0); "
+            "this rllm-model-gateway's ReverseProxy has no store.store_trace (checked with 0.1.0); "
             "install rllm-model-gateway 0.1.x"
         )
-    persist: Callable[[TraceRecord], Awaitable[None]] = proxy._persist
-    store: Callable[[str, str, dict[str, Any]], Awaitable[None]] = proxy._safe_store
-
-    async def persist_stamped(trace: TraceRecord) -> None:
-        if trace.metadata.get("weight_version") is None:
-            trace.metadata["weight_version"] = version.current
-        await persist(trace)
+    store_trace: Callable[[str, str, dict[str, Any]], Awaitable[None]] = store.store_trace
 
     async def store_stamped(trace_id: str, session_id: str, data: dict[str, Any]) -> None:
         metadata = data.setdefault("metadata", {})
         if metadata.get("weight_version") is None:
             metadata["weight_version"] = version.current
-        await store(trace_id, session_id, data)
+        version.served(metadata["weight_version"], len(data.get("completion_token_ids") or ()))
+        await store_trace(trace_id, session_id, data)
 
-    proxy._persist, proxy._safe_store = persist_stamped, store_stamped
+    store.store_trace = store_stamped
 
 
 def _keeping_routing(builder: Callable[..., TraceRecord]) -> Callable[..., TraceRecord]:

@@ -13,8 +13,11 @@ its result. A refresh costs: the index Query (a page per ~1 MB of rollouts in fl
 input id in flight (at most :data:`~trainer_client._sessions.CHECKED_INPUT_IDS`) and one GetObject per result
 found there, at most :data:`~trainer_client._sessions.FAILURE_SCAN_PAGES` Scan pages, at most
 :data:`_REASONS_KEPT` GetObject for reasons not read before, four GetQueueAttributes, one GetItem, two
-GetMetricData and one DescribeAlarms page. The same snapshot serves the local stack (its workers publish the
-functions' metrics to the local CloudWatch) and AWS with the trainer role's grants.
+GetMetricData and one DescribeAlarms page, and one GET of the token gateway's served versions (the staleness: how
+many weight versions behind the trainer's current one the tokens served in the last five minutes were sampled, p50
+and max; the gateway counts tokens by version in ten-second buckets, so the read's cost grows with the versions in
+its window, not with the calls). The same snapshot serves the local stack (its workers publish the functions'
+metrics to the local CloudWatch) and AWS with the trainer role's grants.
 """
 
 from __future__ import annotations
@@ -34,8 +37,10 @@ from rollout_contract.sessions import SessionRecord
 from trainer_client._results import ClientResult
 from trainer_client._sessions import check_in_flight, in_flight_sessions, recent_failures
 from trainer_client._stored import read_if_stored
+from trainer_client._traces import SERVED_VERSIONS_PATH
+from trainer_client.staleness import Staleness
 
-__all__ = ["FailureReason", "Snapshot", "Watch", "render"]
+__all__ = ["FailureReason", "ServedStaleness", "Snapshot", "Watch", "render"]
 
 #: Seconds the rates (invokes, completions per second) are taken over.
 RATE_WINDOW_S = 60
@@ -43,6 +48,8 @@ RATE_WINDOW_S = 60
 RECENT_WINDOW_S = 300
 #: Latest failure reasons shown (each read once from its result).
 _REASONS_KEPT = 5
+#: Seconds the gateway's served-versions read may take (a view must not hang on an unreachable gateway).
+GATEWAY_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,45 @@ class FailureReason:
     input_id: str
     status: str
     reason: str
+
+
+@dataclass(frozen=True)
+class ServedStaleness:
+    """How far behind the trainer's weights the tokens the gateway served lately were sampled.
+
+    Attributes:
+        weight_version: the version the trainer last gave the gateway (``None``: none yet).
+        p50: the median served token's lag behind ``weight_version``, in weight versions (steps).
+        max: the largest lag of a served token.
+        tokens: completion tokens served with a known version over the last ``window_s`` seconds.
+        unversioned_tokens: those served with no version known.
+        window_s: the gateway's window.
+        error: why the gateway could not be read (then every other field is empty).
+    """
+
+    weight_version: int | None = None
+    p50: float | None = None
+    max: int | None = None
+    tokens: int = 0
+    unversioned_tokens: int = 0
+    window_s: int = 0
+    error: str | None = None
+
+    @classmethod
+    def from_gateway(cls, body: dict[str, Any]) -> ServedStaleness:
+        """From the gateway's ``GET /admin/served_versions`` answer."""
+        current = body.get("weight_version")
+        served = {entry["weight_version"]: int(entry["tokens"]) for entry in body.get("served", [])}
+        unversioned = served.pop(None, 0)
+        staleness = Staleness.of(current, served) if current is not None else None
+        return cls(
+            weight_version=current,
+            p50=staleness.p50 if staleness else None,
+            max=staleness.max if staleness else None,
+            tokens=sum(served.values()),
+            unversioned_tokens=unversioned,
+            window_s=int(body.get("window_s", 0)),
+        )
 
 
 @dataclass
@@ -80,6 +126,8 @@ class Snapshot:
     ended_unmarked: int = 0
     #: Whether the failures read covered the whole sessions table (see ``recent_failures``).
     failures_complete: bool = True
+    #: The staleness of the tokens the gateway served lately (``None``: the experiment has no gateway).
+    staleness: ServedStaleness | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready copy."""
@@ -134,7 +182,22 @@ class Watch:
             latest_failures=failures,
             ended_unmarked=len(view.ended),
             failures_complete=complete,
+            staleness=self._staleness(),
         )
+
+    def _staleness(self) -> ServedStaleness | None:
+        """One GET of the gateway's served versions (its cost bounded by the versions in its window)."""
+        gateway = self.descriptor.gateway_url
+        if not gateway:
+            return None
+        import httpx  # here: httpx takes 0.1-0.2 s to import, and only this part of the view needs it
+
+        try:
+            response = httpx.get(gateway.rstrip("/") + SERVED_VERSIONS_PATH, timeout=GATEWAY_TIMEOUT_S)
+            response.raise_for_status()
+            return ServedStaleness.from_gateway(response.json())
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            return ServedStaleness(error=f"{type(exc).__name__}: {exc}")
 
     def _queue_depths(self) -> dict[str, dict[str, int]]:
         sqs = self._clients["sqs"]
@@ -282,6 +345,8 @@ def render(snapshot: Snapshot, out: TextIO) -> None:
             else f"p50 {s.duration_p50_s:.2f} s, p99 {s.duration_p99_s:.2f} s (handler start -> result)"
         ),
     ]
+    if s.staleness is not None:
+        lines.append("staleness   " + _staleness_words(s.staleness))
     lines.append("dead letters " + ", ".join(f"{name} {depth}" for name, depth in s.dead_letters.items()))
     lines.append(
         "alarms      " + (", ".join(f"{name} {state}" for name, state in sorted(s.alarms.items())) or "none defined")
@@ -294,3 +359,18 @@ def render(snapshot: Snapshot, out: TextIO) -> None:
         )
         lines += [f"  {f.status:<16} {f.session_id} ({f.input_id}): {f.reason}" for f in s.latest_failures]
     print("\n".join(lines), file=out)
+
+
+def _staleness_words(staleness: ServedStaleness) -> str:
+    if staleness.error is not None:
+        return f"the token gateway could not be read ({staleness.error})"
+    window = f"in the last {staleness.window_s // 60} min"
+    unversioned = f"; {staleness.unversioned_tokens} with no version" if staleness.unversioned_tokens else ""
+    if staleness.weight_version is None:
+        return f"no weight version reported to the gateway yet ({staleness.unversioned_tokens} tokens served {window})"
+    if staleness.p50 is None:
+        return f"weight version {staleness.weight_version}; no tokens served {window}{unversioned}"
+    return (
+        f"p50 {staleness.p50:g}, max {staleness.max} steps behind weight version {staleness.weight_version} "
+        f"({staleness.tokens} tokens served {window}{unversioned})"
+    )

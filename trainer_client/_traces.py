@@ -16,7 +16,7 @@ from trainer_client._results import TokenTrace
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["CALLS_IN_FLIGHT_HEADER", "SETTLED_TRACES_PATH", "TraceReader", "session_base_url"]
+__all__ = ["CALLS_IN_FLIGHT_HEADER", "SERVED_VERSIONS_PATH", "SETTLED_TRACES_PATH", "TraceReader", "session_base_url"]
 
 logger = logging.getLogger("trainer_client")
 _TRACES = TypeAdapter(list[TokenTrace])
@@ -24,6 +24,8 @@ _TRACES = TypeAdapter(list[TokenTrace])
 SETTLED_TRACES_PATH = "/sessions/{session_id}/traces/settled"
 #: Its response header: the session's model calls still in flight when the read returned (``0``: complete).
 CALLS_IN_FLIGHT_HEADER = "X-Calls-In-Flight"
+#: ``trainer_client.gateway``'s read of the current weight version and the tokens each version served lately.
+SERVED_VERSIONS_PATH = "/admin/served_versions"
 
 
 def session_base_url(gateway_url: str, session_id: str) -> str:

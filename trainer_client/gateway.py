@@ -20,7 +20,10 @@ the unmodified gateway app (``rllm_model_gateway.create_app``) with these additi
 - MoE routing and the weight version in every trace (:mod:`trainer_client._gateway_traces`): a response's per-token
   routing kept compactly in the record's ``metadata``, and the version that served the call, the server's stamp or
   the one last given with ``POST /admin/weight_version {"weight_version": N}`` (``GET`` reads it; the route and
-  body of rLLM's gateway at 9beb6e0f, so its client's ``set_weight_version`` works here).
+  body of rLLM's gateway at 9beb6e0f, so its client's ``set_weight_version`` works here);
+- ``GET /admin/served_versions``: the current weight version and the completion tokens each version served over
+  the last five minutes, ``{"weight_version": 7, "window_s": 300, "served": [{"weight_version": 6, "tokens": 812},
+  ...]}`` (``null``: served before any version was known), which ``rollouts top`` reads as the staleness.
 
 Why that is exact: an agent writes its result only after its model calls returned, so by the time the
 trainer holds the result each call has reached the gateway; the gateway creates a streamed call's write
@@ -58,8 +61,8 @@ from rllm_model_gateway.middleware import SessionRoutingMiddleware
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from trainer_client._gateway_traces import WeightVersion, install, record_version
-from trainer_client._traces import CALLS_IN_FLIGHT_HEADER, SETTLED_TRACES_PATH
+from trainer_client._gateway_traces import SERVED_WINDOW_S, WeightVersion, install, record_version
+from trainer_client._traces import CALLS_IN_FLIGHT_HEADER, SERVED_VERSIONS_PATH, SETTLED_TRACES_PATH
 
 __all__ = [
     "CALLS_IN_FLIGHT_HEADER",
@@ -257,6 +260,10 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 WEIGHT_VERSION_PATH = "/admin/weight_version"
 
 
+def _none_first(item: tuple[int | None, int]) -> tuple[bool, int]:
+    return item[0] is not None, item[0] or 0
+
+
 def create_settled_app(config: GatewayConfig) -> FastAPI:
     """The rllm-model-gateway app for ``config``, with call counting, session sampling parameters, the
     settled-traces route, and routing and weight versions in the traces."""
@@ -297,13 +304,26 @@ def create_settled_app(config: GatewayConfig) -> FastAPI:
     async def get_weight_version() -> dict[str, int | None]:
         return {"weight_version": version.current}
 
-    app.add_api_route(SETTLED_TRACES_PATH, settled_traces, methods=["GET"])
-    app.add_api_route(WEIGHT_VERSION_PATH, set_weight_version, methods=["POST"])
-    app.add_api_route(WEIGHT_VERSION_PATH, get_weight_version, methods=["GET"])
+    async def get_served_versions() -> dict[str, Any]:
+        served = version.recent()
+        return {
+            "weight_version": version.current,
+            "window_s": SERVED_WINDOW_S,
+            "served": [{"weight_version": v, "tokens": n} for v, n in sorted(served.items(), key=_none_first)],
+        }
+
+    routes = [
+        (SETTLED_TRACES_PATH, settled_traces, "GET"),
+        (WEIGHT_VERSION_PATH, set_weight_version, "POST"),
+        (WEIGHT_VERSION_PATH, get_weight_version, "GET"),
+        (SERVED_VERSIONS_PATH, get_served_versions, "GET"),
+    ]
+    for path, endpoint, method in routes:
+        app.add_api_route(path, endpoint, methods=[method])
     # Ours first: the gateway at rLLM HEAD routes /sessions/{session_id:path} (which would take the settled path)
     # and has a weight version route of its own (whose version would not reach our records).
-    ours = app.router.routes[-3:]
-    app.router.routes[:] = [*ours, *app.router.routes[:-3]]
+    ours = app.router.routes[-len(routes) :]
+    app.router.routes[:] = [*ours, *app.router.routes[: -len(routes)]]
     app.add_middleware(_CountCalls, calls=calls, pending_writes=pending_writes)
     return app
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 
 import httpx
@@ -22,6 +23,8 @@ from trainer_support import served  # noqa: E402
 from local_stack.model_endpoint import EndpointSettings, create_app  # noqa: E402
 from local_stack.model_endpoint.moe import routed_experts  # noqa: E402
 from trainer_client import TokenTrace  # noqa: E402
+from trainer_client._gateway_traces import SERVED_WINDOW_S, WeightVersion  # noqa: E402
+from trainer_client._traces import SERVED_VERSIONS_PATH  # noqa: E402
 from trainer_client.gateway import WEIGHT_VERSION_PATH, create_settled_app  # noqa: E402
 
 pytestmark = pytest.mark.processes
@@ -78,3 +81,36 @@ def test_each_call_records_the_weight_version_the_trainer_last_gave(gateway: str
     assert httpx.get(f"{gateway}{WEIGHT_VERSION_PATH}", timeout=10).json() == {"weight_version": 4}
     refused = httpx.post(f"{gateway}{WEIGHT_VERSION_PATH}", json={"weight_version": -1}, timeout=10)
     assert refused.status_code == 422
+
+
+def test_the_gateway_counts_the_tokens_each_version_served_over_its_window(gateway: str) -> None:
+    # GIVEN calls served at version 7 and then at version 8 (every stored record counted once)
+    before = httpx.get(f"{gateway}{SERVED_VERSIONS_PATH}", timeout=10).json()
+    session = str(uuid.uuid4())
+    url = f"{gateway}/sessions/{session}/v1/chat/completions"
+    for version in (7, 8, 8):
+        httpx.post(f"{gateway}{WEIGHT_VERSION_PATH}", json={"weight_version": version}, timeout=10)
+        httpx.post(url, json={**BODY, "stream": version == 8}, timeout=30).raise_for_status()
+    # WHEN the served versions are read
+    after = httpx.get(f"{gateway}{SERVED_VERSIONS_PATH}", timeout=10).json()
+    # THEN each version's count grew by exactly the completion tokens its calls' traces hold
+    grown = Counter({entry["weight_version"]: entry["tokens"] for entry in after["served"]})
+    grown.subtract({entry["weight_version"]: entry["tokens"] for entry in before["served"]})
+    expected = Counter()
+    for trace in traces(gateway, session):
+        expected[trace.weight_version] += len(trace.completion_token_ids)
+    assert +grown == expected and set(expected) == {7, 8}
+    assert (after["weight_version"], after["window_s"]) == (8, SERVED_WINDOW_S)
+
+
+def test_served_counts_leave_the_window_after_five_minutes() -> None:
+    now = [1000.0]
+    version = WeightVersion(clock=lambda: now[0])
+    version.served(3, 10)
+    now[0] += 200
+    version.served(4, 5)
+    assert version.recent() == {3: 10, 4: 5}
+    now[0] += SERVED_WINDOW_S - 150  # the first call is past the window, the second is not
+    assert version.recent() == {4: 5}
+    now[0] += SERVED_WINDOW_S
+    assert version.recent() == {}

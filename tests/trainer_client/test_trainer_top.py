@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import socket
+import statistics
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 
-from trainer_support import alarm_in_state, aws
+import httpx
+import pytest
+from trainer_support import alarm_in_state, aws, served
 
 from rollout_contract import DispatchRequest, Status
 from rollout_contract import metrics as names
 from rollout_contract.budgets import ATTR_TOTAL, SESSION_BUDGET_ID
-from rollout_contract.resources import BUDGET_PARTITION_KEY, SESSIONS_PARTITION_KEY
+from rollout_contract.resources import BUDGET_PARTITION_KEY, SESSIONS_PARTITION_KEY, ExperimentResources
 from rollout_contract.sessions import ATTR_EXP_ID, ATTR_INFLIGHT, INFLIGHT_MARK
 from trainer_client._cli import main
 from trainer_client._top import Watch
@@ -147,3 +152,67 @@ def test_status_json_gives_the_failures_to_a_script(descriptor, client, backend,
     assert status["latest_failures"] == [
         {"session_id": future.session_id, "input_id": "q1", "status": "agent_error", "reason": "boom"}
     ]
+
+
+def _publish_gateway(descriptor, gateway_url: str) -> None:
+    """Publish the experiment's descriptor with its token gateway (as ``-c gateway_url`` does)."""
+    aws("ssm").put_parameter(
+        Name=ExperimentResources.for_experiment(descriptor.exp_id).descriptor_parameter,
+        Value=descriptor.model_copy(update={"gateway_url": gateway_url}).model_dump_json(),
+        Type="String",
+        Overwrite=True,
+    )
+
+
+@pytest.mark.processes
+def test_top_shows_how_many_steps_behind_the_trainers_weights_the_served_tokens_were_sampled(descriptor, capsys):
+    from rllm_model_gateway import GatewayConfig
+
+    from local_stack.model_endpoint import EndpointSettings, create_app
+    from trainer_client import TokenTrace
+    from trainer_client.gateway import WEIGHT_VERSION_PATH, create_settled_app
+
+    body = {"model": "stand-in", "messages": [{"role": "user", "content": "What is 12 + 30?"}]}
+    with served(create_app(EndpointSettings())) as model:
+        config = GatewayConfig(workers=[{"url": f"{model}/v1"}], store_worker="memory", sync_traces=True)
+        with served(create_settled_app(config)) as gateway:
+            _publish_gateway(descriptor, gateway)
+            session = str(uuid.uuid4())
+            call = f"{gateway}/sessions/{session}/v1/chat/completions"
+            # GIVEN a call before the trainer told any version, two at version 3 and one after the push to 5
+            httpx.post(call, json=body, timeout=30).raise_for_status()
+            for version, calls in ((3, 2), (5, 1)):
+                httpx.post(f"{gateway}{WEIGHT_VERSION_PATH}", json={"weight_version": version}, timeout=10)
+                for _ in range(calls):
+                    httpx.post(call, json=body, timeout=30).raise_for_status()
+            traces = [TokenTrace.model_validate(t) for t in httpx.get(f"{gateway}/sessions/{session}/traces").json()]
+            lags = [5 - t.weight_version for t in traces if t.weight_version for _ in t.completion_token_ids]
+            # WHEN `rollouts top --once --json` reads one refresh
+            assert main(["top", descriptor.exp_id, "--once", "--json"]) == 0
+            staleness = json.loads(capsys.readouterr().out)["staleness"]
+            # THEN it shows every served token's lag behind version 5: the median token's and the largest
+            assert staleness == {
+                "weight_version": 5,
+                "p50": statistics.median(lags),
+                "max": 2,
+                "tokens": len(lags),
+                "unversioned_tokens": len(traces[0].completion_token_ids),
+                "window_s": 300,
+                "error": None,
+            }
+            # AND the text view says the same
+            assert main(["top", descriptor.exp_id, "--once"]) == 0
+            assert (
+                f"staleness   p50 {statistics.median(lags):g}, max 2 steps behind weight version 5 "
+                f"({len(lags)} tokens served in the last 5 min; {len(traces[0].completion_token_ids)} with no version)"
+            ) in capsys.readouterr().out
+
+
+def test_top_says_when_the_gateway_cannot_be_read_and_shows_the_rest(descriptor, capsys):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    _publish_gateway(descriptor, closed)
+    assert main(["top", descriptor.exp_id, "--once"]) == 0
+    out = capsys.readouterr().out
+    assert "staleness   the token gateway could not be read (ConnectError" in out and "dead letters" in out
