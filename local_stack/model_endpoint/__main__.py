@@ -36,6 +36,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--moe", action="store_true", help="a tiny mixture of experts: return each choice's routed_experts (as vLLM)"
     )
+    parser.add_argument(
+        "--tinker", action="store_true", help="also serve the Tinker API on the transformer policy (training, sampling)"
+    )
     args = parser.parse_args(argv)
     try:
         settings = EndpointSettings(
@@ -45,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             policy=args.policy,
             script=args.script,
             moe=args.moe,
+            tinker=args.tinker,
         )
     except ValueError as exc:
         parser.error(str(exc))

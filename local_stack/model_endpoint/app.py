@@ -74,6 +74,8 @@ class EndpointSettings(Settings):
             (:mod:`local_stack.model_endpoint.script`); checked when the settings are made.
         moe: return each choice's per-token MoE routing (``routed_experts``), as vLLM does when started with
             ``--enable-return-routed-experts``.
+        tinker: also serve the Tinker API on the transformer policy
+            (:mod:`local_stack.tiny_policy.tinker_api`; needs the ``tinker`` SDK, ``make ml-env``).
     """
 
     model_name: str = DEFAULT_MODEL_NAME
@@ -82,6 +84,7 @@ class EndpointSettings(Settings):
     policy: str = STAND_IN
     script: PathValue | None = None
     moe: bool = False
+    tinker: bool = False
 
     @field_validator("policy")
     @classmethod
@@ -110,6 +113,14 @@ class EndpointSettings(Settings):
             raise ValueError(f"a model script is answered by the stand-in policy, not by {self.policy!r}")
         if self.moe and self.policy != STAND_IN:
             raise ValueError(f"the mixture-of-experts variant is the stand-in's; {self.policy!r} has no experts")
+        if self.tinker and self.policy != TRANSFORMER:
+            raise ValueError(
+                f"the Tinker API trains the transformer policy; use policy {TRANSFORMER!r}, not {self.policy!r}"
+            )
+        if self.tinker and importlib.util.find_spec("tinker") is None:
+            raise ValueError(
+                "the Tinker API needs the tinker SDK, which lives in the ML environment: run `make ml-env`"
+            )
         return self
 
 
@@ -277,10 +288,16 @@ def _stream_chunks(
 def create_app(settings: EndpointSettings | None = None, policy: ChatPolicy | None = None) -> Starlette:
     """Build the model endpoint's Starlette app around ``policy`` (default: the stand-in)."""
     settings = settings or EndpointSettings()
+    extra_routes: list[Route] = []
     if policy is None and settings.policy == TRANSFORMER:
         from local_stack.tiny_policy.server import TransformerPolicy
 
-        policy = TransformerPolicy(seed=settings.seed)
+        transformer = TransformerPolicy(seed=settings.seed)
+        if settings.tinker:
+            from local_stack.tiny_policy.tinker_api import TinkerService
+
+            extra_routes += TinkerService(transformer, settings.model_name).routes()
+        policy = transformer
     policy = policy or _StandIn(settings)
 
     async def health(_: Request) -> Response:
@@ -323,5 +340,6 @@ def create_app(settings: EndpointSettings | None = None, policy: ChatPolicy | No
             Route("/v1/models", models, methods=["GET"]),
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
             *policy.routes(),
+            *extra_routes,
         ]
     )

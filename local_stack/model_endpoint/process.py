@@ -42,6 +42,7 @@ def model_endpoint_process(
             settings.policy,
             *(["--script", str(settings.script)] if settings.script is not None else []),
             *(["--moe"] if settings.moe else []),
+            *(["--tinker"] if settings.tinker else []),
         ],
         log_path=run_dir / "model.log",
         env=dict(base_env),
