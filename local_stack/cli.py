@@ -60,6 +60,12 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         help="the local model: the scripted stand-in (default) or the tiny PyTorch transformer (needs `make ml-env`; "
         "run .venv-ml/bin/rollouts)",
     )
+    up.add_argument(
+        "--tinker",
+        action="store_true",
+        help="also serve the Tinker API (training and sampling through the tinker SDK) on the tiny transformer "
+        "policy; implies --policy transformer (needs `make ml-env`); `local status --env` exports TINKER_BASE_URL",
+    )
     up.add_argument("--latency", type=float, default=0.0, help="local model: simulated seconds per call (0)")
     up.add_argument("--seed", type=int, default=0, help="local model: seed (0; the transformer's initialization too)")
     _add_agent_options(up)
@@ -276,7 +282,11 @@ def _up(args: argparse.Namespace) -> int:
             model_base_url=args.model_url,
             model_id=args.model_id,
             model=EndpointSettings(
-                seed=args.seed, latency_s=args.latency, policy=args.policy, script=args.model_script
+                seed=args.seed,
+                latency_s=args.latency,
+                policy="transformer" if args.tinker else args.policy,
+                script=args.model_script,
+                tinker=args.tinker,
             ),
             gateway=not args.no_gateway,
             workers=not args.no_workers,

@@ -287,6 +287,8 @@ class LocalStack:
         self.env = aws_env(moto_url, self.emulator_url, component="trainer")
         self._provision()
         child_env = {**base_env, **self.env}
+        if model is not None and s.model.tinker:
+            self.env["TINKER_BASE_URL"] = str(model.url)  # the tinker SDK's endpoint (`rollouts local up --tinker`)
         if s.workers:
             child_env["PYTHONPATH"] = os.pathsep.join([*map(str, s.extra_pythonpath), base_env["PYTHONPATH"]])
             for exp_id in s.experiments:

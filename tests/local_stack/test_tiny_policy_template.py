@@ -53,3 +53,13 @@ def test_rollouts_local_up_with_the_transformer_policy_without_pytorch_starts_no
     assert main(["local", "up", "--policy", "transformer", "--run-dir", str(tmp_path)]) == 2
     assert "make ml-env" in capsys.readouterr().err
     assert not (tmp_path / "state.json").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="PyTorch is installed here")
+def test_rollouts_local_up_tinker_serves_the_transformer_policy_so_without_pytorch_starts_nothing(tmp_path, capsys):
+    from trainer_client._cli import main
+
+    # --tinker implies --policy transformer: the same refusal, naming the ML environment.
+    assert main(["local", "up", "--tinker", "--run-dir", str(tmp_path)]) == 2
+    assert "make ml-env" in capsys.readouterr().err
+    assert not (tmp_path / "state.json").exists()

@@ -122,3 +122,12 @@ def test_refusals_say_what_is_wrong(service):
     )
     with pytest.raises(Exception, match="importance_sampling needs logprobs, one per target token"):
         training.forward_backward([datum], loss_fn="importance_sampling").result()
+
+
+def test_the_doctors_probe_names_what_the_endpoint_serves(endpoint):
+    from trainer_client._tinker import probe_tinker
+
+    assert probe_tinker({"TINKER_BASE_URL": endpoint}) == (True, f"{endpoint} serves tiny-policy", "")
+    ok, detail, fix = probe_tinker({"TINKER_BASE_URL": "http://127.0.0.1:9"})
+    assert not ok and "did not answer" in detail and "rollouts local up --tinker" in fix
+    assert probe_tinker({}) is None
