@@ -38,6 +38,7 @@ from trainer_client._client import RolloutClient
 from trainer_client._config import PollSettings, RolloutOptions
 from trainer_client._exceptions import AwsError, ExperimentNotFoundError, SubmitError
 from trainer_client._stored import is_stored
+from trainer_client._tinker import probe_tinker
 
 if TYPE_CHECKING:
     from types_boto3_cloudwatch import CloudWatchClient
@@ -459,12 +460,16 @@ def check_descriptor(
 
 
 def diagnose(exp: Experiment) -> Iterator[CheckResult]:
-    """Run every check in :data:`CHECKS` in order, yielding each result as it is known (AWS errors fail a check)."""
+    """Run every check in :data:`CHECKS` in order, yielding each result as it is known (AWS errors fail a check),
+    then the Tinker endpoint's when the environment names one (``TINKER_BASE_URL`` or ``TINKER_API_KEY``)."""
     for check in CHECKS:
         try:
             yield check(exp)
         except (BotoClientError, BotoCoreError) as exc:
             yield _failed_call(exp.descriptor.exp_id, _check_name(check), exc)
+    tinker = probe_tinker()
+    if tinker is not None:
+        yield CheckResult("tinker", *tinker)
 
 
 # The canary: one real rollout, hop by hop.
