@@ -10,6 +10,7 @@ call instead.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import time
 from collections.abc import Callable
@@ -75,6 +76,7 @@ class Runtime:
     #: Where this process's dispatches wait for a free session slot.
     slots: SlotWaiter
     clock: Callable[[], float]
+    sleep: Callable[[float], None] = time.sleep
 
     @classmethod
     def build(
@@ -122,6 +124,7 @@ class Runtime:
             acrs=acrs,
             slots=SlotWaiter(ledger.free_slots, clock=clock, sleep=sleep),
             clock=clock,
+            sleep=sleep,
         )
 
     @property
@@ -130,25 +133,30 @@ class Runtime:
         return self.acrs[0]
 
     def reserve_invoke(self) -> tuple[Acr, float]:
-        """An invoke slot on the endpoint that has one soonest: the endpoints are tried without waiting, the one whose
-        next slot this process saw soonest first; when none has one within the invoke horizon, the caller waits (as
-        :meth:`Acr.reserve_invoke`) on the one whose slot comes first. Returns the endpoint and the slot's start.
+        """An invoke slot on the endpoint that has one soonest; returns the endpoint and the slot's start.
+
+        With several endpoints, each try takes them in turn without waiting, the one whose next slot this process saw
+        soonest first (a slot it holds comes first); while none has a slot within the invoke horizon, the caller
+        sleeps until the first one seen comes within it and tries them all again, up to the invoke wait
+        (:meth:`Acr.reserve_invoke` waits on one endpoint: a slot that another caller takes there would keep this
+        one waiting while the others' slots pass unused, and the slots this process holds on them expire).
 
         Raises:
             NoTokenError: no slot came within reach in the invoke wait.
         """
-        ordered = sorted(self.acrs, key=lambda acr: acr.tps.next_free_seen)
-        if len(ordered) == 1:
-            return ordered[0], ordered[0].reserve_invoke()
-        first_free: tuple[float, Acr] | None = None
-        for acr in ordered:
-            try:
-                return acr, acr.tps.reserve(horizon_s=acr.invoke_horizon_s)
-            except NoTokenError as exc:
-                if first_free is None or exc.retry_after_s < first_free[0]:
-                    first_free = (exc.retry_after_s, acr)
-        assert first_free is not None
-        return first_free[1], first_free[1].reserve_invoke()
+        if len(self.acrs) == 1:
+            return self.acrs[0], self.acrs[0].reserve_invoke()
+        give_up_at = self.clock() + max(acr.invoke_wait_s for acr in self.acrs)
+        while True:
+            soonest = math.inf
+            for acr in sorted(self.acrs, key=lambda acr: acr.tps.next_free_seen):
+                try:
+                    return acr, acr.tps.reserve(horizon_s=acr.invoke_horizon_s)
+                except NoTokenError as exc:
+                    soonest = min(soonest, exc.retry_after_s)
+            if self.clock() + soonest > give_up_at:
+                raise NoTokenError(retry_after_s=soonest)
+            self.sleep(soonest)
 
     def endpoint(self, qualifier: str | None) -> Acr:
         """The endpoint ``qualifier`` (a session's recorded one); the first when ``None`` or not one of them."""
