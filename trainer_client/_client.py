@@ -59,7 +59,7 @@ from trainer_client._grpo import FailurePolicy, RolloutGroup, iter_groups, iter_
 from trainer_client._journal import Journal, read_journal_entries
 from trainer_client._owners import Ownership
 from trainer_client._poller import CompletionPoller
-from trainer_client._results import ClientResult
+from trainer_client._results import ClientResult, TokenTrace
 from trainer_client._sessions import (
     InFlightView,
     check_in_flight,
@@ -288,6 +288,19 @@ class RolloutClient:
         if self._agentcore_client is None:
             self._agentcore_client = self._factory.client("bedrock-agentcore")
         return self._agentcore_client
+
+    def probe_gateway(self) -> TokenTrace | None:
+        """One one-token model call through the gateway (``model_id``) in a session of its own; the trace the
+        gateway recorded for it (``None`` if none). The adapters check with it, before any rollout, that the
+        servers return what training asks for (MoE routing).
+
+        Raises:
+            ValueError: the client has no gateway.
+            httpx.HTTPError: the call failed.
+        """
+        if self._traces is None:
+            raise ValueError(f"experiment {self.exp_id!r} has no token gateway: pass gateway_url= or deploy with one")
+        return self._traces.probe(self.model_id)
 
     @property
     def pending_count(self) -> int:

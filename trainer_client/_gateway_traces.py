@@ -98,7 +98,7 @@ def record_version(proxy: Any, version: WeightVersion) -> None:
 
     Every record, whole or streamed, synchronous or not, is written by one ``proxy.store.store_trace`` call.
     """
-    store = getattr(proxy, "store", None)
+    store: Any = getattr(proxy, "store", None)
     if not callable(getattr(store, "store_trace", None)):
         raise RuntimeError(
             "this rllm-model-gateway's ReverseProxy has no store.store_trace (checked with 0.1.0); "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from http import HTTPStatus
 from typing import TYPE_CHECKING
@@ -79,6 +80,20 @@ class TraceReader:
         except httpx.HTTPError as exc:
             logger.warning("token traces of session %s unavailable: %s", session_id, exc)
             return None
+
+    def probe(self, model: str | None) -> TokenTrace | None:
+        """Make one one-token model call through the gateway in a session of its own and return the trace the
+        gateway recorded for it (``None`` if it recorded none).
+
+        Raises:
+            httpx.HTTPError: the call failed (no server behind the gateway, a model name it does not serve).
+        """
+        session_id = f"probe-{uuid.uuid4()}"
+        body = {"model": model or "default", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
+        url = session_base_url(self._url, session_id) + "/chat/completions"
+        self._http.post(url, json=body).raise_for_status()
+        traces = self.read(session_id)
+        return traces[-1] if traces else None
 
     def _read_settled(self, session_id: str) -> list[TokenTrace] | None:
         response = self._http.get(

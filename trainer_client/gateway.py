@@ -49,7 +49,7 @@ import json
 import re
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import yaml
@@ -312,7 +312,7 @@ def create_settled_app(config: GatewayConfig) -> FastAPI:
             "served": [{"weight_version": v, "tokens": n} for v, n in sorted(served.items(), key=_none_first)],
         }
 
-    routes = [
+    routes: list[tuple[str, Callable[..., Any], str]] = [
         (SETTLED_TRACES_PATH, settled_traces, "GET"),
         (WEIGHT_VERSION_PATH, set_weight_version, "POST"),
         (WEIGHT_VERSION_PATH, get_weight_version, "GET"),

@@ -42,14 +42,19 @@ class RoutingFormatError(ValueError):
 
 
 class RoutingUnavailableError(RuntimeError):
-    """A framework asks for router replay and a rollout's model calls came back without per-token routing."""
+    """A framework asks for router replay and the model calls come back without per-token routing.
 
-    def __init__(self, session_id: str, setting: str) -> None:
+    Args:
+        setting: the framework's setting that asks for replay.
+        calls: which calls came back without it (``"the model calls of rollout s-1"``).
+    """
+
+    def __init__(self, setting: str, calls: str) -> None:
         super().__init__(
-            f"{setting} is on, but the model calls of rollout {session_id} came back without per-token expert "
-            "routing: serve the policy with routing returned (vLLM >= 0.22 or SGLang, each with "
-            "--enable-return-routed-experts) behind `python -m trainer_client.gateway`, which keeps it in the "
-            f"traces, or turn {setting} off"
+            f"{setting} is on, but {calls} came back without per-token expert routing: start the inference "
+            "servers with routing returned (vLLM >= 0.22: --enable-return-routed-experts; SGLang: "
+            "--enable-return-routed-experts, which slime passes when --use-rollout-routing-replay is set) behind "
+            f"`python -m trainer_client.gateway`, which keeps it in the traces, or turn {setting} off"
         )
 
 

@@ -10,6 +10,7 @@ scripted backend playing dispatcher + agent, a mock gateway serving traces. Each
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import functools
 import logging
@@ -83,6 +84,8 @@ class _Agents(Backend):
     def __init__(self, descriptor) -> None:
         super().__init__(descriptor, outcome=self._play)
         self.traces: dict[str, list[dict[str, Any]]] = {}
+        #: What the servers behind the gateway record for a model call the trainer makes (a MoE policy's call).
+        self.served_call = TRACES["one_row_moe"][0]
 
     def _play(self, request: DispatchRequest) -> RolloutResult:
         script = request.payload.get("metadata", {}).get("script") or [("succeeded", "two_rows", 1.0)] * 64
@@ -100,7 +103,11 @@ class _Agents(Backend):
         return RolloutResult.terminal(Status(end_as), key=request.key, s3_bucket=BUCKET, error=error)
 
     def gateway(self, request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, json=self.traces.get(request.url.path.split("/")[2], []))
+        session = request.url.path.split("/")[2]
+        if request.method == "POST":  # a model call of the trainer's own (the start-up routing check)
+            self.traces[session] = [{"trace_id": f"{session}-0", "session_id": session, **self.served_call}]
+            return httpx.Response(200, json={"choices": [{"index": 0, "message": {"content": "4"}}]})
+        return httpx.Response(200, json=self.traces.get(session, []))
 
 
 def _agents(experiment: str, model_id: str | None = None) -> _Agents:
@@ -132,6 +139,7 @@ def agents(monkeypatch) -> Any:
     monkeypatch.setattr(
         backend_slime._workers, "report_weight_version", lambda client, version, framework: reported.append(version)
     )
+    monkeypatch.setattr(backend_slime._workers, "_routing_returned", set())
     backend = _agents("slime-unit")
     backend.reported_versions = reported
     yield backend
@@ -344,6 +352,7 @@ def test_generate_rollout_returns_exact_groups_with_every_status_mapped(tmp_path
             "error": None,
             "rows": 2,
             "row": row,
+            "tokens_by_version": {},  # the gateway recorded no weight version
         }
     assert first.metadata["agentcore"]["session_id"] == last.metadata["agentcore"]["session_id"]
     ((cut,),) = [cut]
@@ -495,9 +504,32 @@ def test_router_replay_hands_slime_each_rows_routing_and_staleness_comes_from_th
     for sample in samples:
         # every row carries the routing of every token slime feeds but the last, as the server routed them
         assert sample.rollout_routed_experts.tolist() == [_route(t, i) for i, t in enumerate(sample.tokens)][:-1]
-    # AND each row lists the versions that served its calls; the step's staleness is 5 - 3 and 5 - 4
+    # AND each row lists the versions that served its calls and how many trained tokens each sampled
     assert sorted(tuple(sample.weight_versions) for sample in samples) == [("3",), ("4",), ("4", "4")]
-    assert (output.metrics["agentcore/staleness_p50"], output.metrics["agentcore/staleness_max"]) == (1.5, 2)
+    by_version = sorted((sample.metadata["agentcore"]["tokens_by_version"] for sample in samples), key=str)
+    assert by_version == [{"3": 2}, {"4": 2}, {"4": 4}]
+    # AND the step's staleness is token by token: 2 tokens 5 - 3 = 2 steps behind, 6 tokens 5 - 4 = 1
+    assert (output.metrics["agentcore/staleness_p50"], output.metrics["agentcore/staleness_max"]) == (1, 2)
+
+
+def test_router_replay_is_refused_before_any_rollout_when_the_servers_return_no_routing(tmp_path, agents):
+    # GIVEN slime's R3 replay on, and servers behind the gateway that return no routing
+    agents.served_call = TRACES["one_row"][0]
+    rows = [_scripted(("succeeded", "one_row_moe", 1.0), ("succeeded", "one_row_moe", 0.0))]
+    args = slime_args(tmp_path, rows, "--use-rollout-routing-replay", config=_unit_config())
+    manager = rollout_manager(args)
+    # WHEN slime asks for a step: it is refused, naming the servers' flag, before any rollout is submitted
+    with pytest.raises(
+        RoutingUnavailableError,
+        match=f"--use-rollout-routing-replay is on, but a one-token call through the token gateway at {GATEWAY} came "
+        "back without per-token expert routing.*SGLang: --enable-return-routed-experts",
+    ):
+        backend_slime.generate_rollout(args, 0, manager.data_source)
+    assert agents.requests == []
+    # AND slime's per-sample hook is refused alike
+    with pytest.raises(RoutingUnavailableError, match="--use-rollout-routing-replay is on"):
+        asyncio.run(backend_slime.generate(args, manager.data_source.get_samples(1)[0][0], {}))
+    assert agents.requests == []
 
 
 def test_router_replay_without_routing_from_the_server_names_the_server_flag(tmp_path, agents):

@@ -55,7 +55,7 @@ with warnings.catch_warnings():  # verl and Ray warn at import about their own d
 from rollout_contract import ErrorInfo, ResultKey, Status, Timings
 from trainer_client import ClientResult, PollSettings, TokenTrace
 from trainer_client._future import RolloutFuture
-from trainer_client.backends import _shared
+from trainer_client.backends import _shared, _workers
 from trainer_client.routing import RoutedExperts, RoutingUnavailableError
 
 EXP = "verl-unit"
@@ -170,6 +170,32 @@ async def test_the_loop_reports_the_step_verl_synced_before_running_a_sample(fak
     assert reported == [(7, "verl")]
 
 
+async def test_router_replay_is_refused_before_any_rollout_when_the_servers_return_no_routing(fake_client, monkeypatch):
+    # GIVEN verl's router replay on, and a gateway whose servers return no routing for a one-token call
+    monkeypatch.setattr(_workers, "_routing_returned", set())
+    monkeypatch.setattr(verl_backend, "report_weight_version", lambda client, version, framework: False)
+    client = fake_client(result(traces=with_routing(TRACES)))
+    client.gateway_url = "http://gateway.test:9000"
+    client.probe_trace = TokenTrace(trace_id="p", session_id="p", **TRACES[0])
+    config = trainer_config("actor_rollout_ref.rollout.enable_rollout_routing_replay=true")
+    loop = build_loop({**LOOP_ENTRY, "experiment": EXP}, config, tokenizer())
+    # WHEN verl runs the first sample: it is refused naming the servers' flag, and no rollout was submitted
+    with pytest.raises(
+        RoutingUnavailableError,
+        match="enable_rollout_routing_replay is on, but a one-token call through the token gateway at "
+        "http://gateway.test:9000 came back without per-token expert routing.*vLLM >= 0.22: "
+        "--enable-return-routed-experts",
+    ):
+        await loop.run({}, **ROW)
+    assert client.calls == []
+    # AND once the servers return routing the check passes, once per process, and every sample runs
+    client.probe_trace = TokenTrace(trace_id="p", session_id="p", **with_routing(TRACES)[0])
+    for _ in range(2):
+        outputs = await loop.run({}, **ROW)
+        assert all(output.routed_experts is not None for output in outputs)
+    assert (client.probes, len(client.calls)) == (2, 2)
+
+
 def test_router_replay_without_routing_from_the_server_names_the_server_flag():
     with pytest.raises(
         RoutingUnavailableError, match="enable_rollout_routing_replay is on.*--enable-return-routed-experts"
@@ -255,12 +281,19 @@ class _FakeClient:
     """Resolves every rollout at once with a prepared result (the local stack does this for real in e2e)."""
 
     poll_settings = PollSettings()
-    gateway_url = None  # no gateway: nothing to register or report
+    gateway_url: str | None = None  # no gateway: nothing to register or report
 
     def __init__(self, res: ClientResult | list[ClientResult]) -> None:
         self.results = res if isinstance(res, list) else None
         self.res = res[0] if isinstance(res, list) else res
         self.calls: list[tuple[dict[str, Any], str, float, dict[str, Any]]] = []
+        #: The trace the gateway records for a one-token call (the start-up routing check), and how many were made.
+        self.probe_trace: TokenTrace | None = None
+        self.probes = 0
+
+    def probe_gateway(self) -> TokenTrace | None:
+        self.probes += 1
+        return self.probe_trace
 
     async def invoke_async(self, payload, session_id=None, input_id=None, timeout=0.0, **overrides):
         self.calls.append((payload, input_id, timeout, overrides))

@@ -22,10 +22,12 @@ from trainer_support import served  # noqa: E402
 
 from local_stack.model_endpoint import EndpointSettings, create_app  # noqa: E402
 from local_stack.model_endpoint.moe import routed_experts  # noqa: E402
-from trainer_client import TokenTrace  # noqa: E402
+from trainer_client import RolloutClient, TokenTrace  # noqa: E402
 from trainer_client._gateway_traces import SERVED_WINDOW_S, WeightVersion  # noqa: E402
 from trainer_client._traces import SERVED_VERSIONS_PATH  # noqa: E402
+from trainer_client.backends import _workers  # noqa: E402
 from trainer_client.gateway import WEIGHT_VERSION_PATH, create_settled_app  # noqa: E402
+from trainer_client.routing import RoutingUnavailableError  # noqa: E402
 
 pytestmark = pytest.mark.processes
 
@@ -114,3 +116,29 @@ def test_served_counts_leave_the_window_after_five_minutes() -> None:
     assert version.recent() == {4: 5}
     now[0] += SERVED_WINDOW_S
     assert version.recent() == {}
+
+
+def test_replay_is_checked_at_start_with_one_call_through_the_gateway(gateway: str, descriptor, monkeypatch) -> None:
+    monkeypatch.setattr(_workers, "_routing_returned", set())
+    setting = "--use-rollout-routing-replay"
+    # GIVEN a gateway in front of the stand-in served as a dense model (no routing returned)
+    with served(create_app(EndpointSettings())) as model:
+        config = GatewayConfig(workers=[{"url": f"{model}/v1"}], store_worker="memory", sync_traces=True)
+        with (
+            served(create_settled_app(config)) as dense,
+            RolloutClient.from_descriptor(descriptor, gateway_url=dense) as client,
+        ):
+            # WHEN an adapter with replay on starts: it refuses, naming the setting and the servers' flag
+            with pytest.raises(
+                RoutingUnavailableError,
+                match=f"{setting} is on, but a one-token call through the token gateway at {dense} came back "
+                "without per-token expert routing: .*--enable-return-routed-experts",
+            ):
+                _workers.check_routing_returned(client, setting=setting)
+    # AND in front of the MoE stand-in it passes with one model call, once per gateway and process
+    with RolloutClient.from_descriptor(descriptor, gateway_url=gateway) as client:
+        before = httpx.get(f"{gateway}{SERVED_VERSIONS_PATH}", timeout=10).json()["served"]
+        _workers.check_routing_returned(client, setting=setting)
+        after = httpx.get(f"{gateway}{SERVED_VERSIONS_PATH}", timeout=10).json()["served"]
+        _workers.check_routing_returned(client, setting=setting)
+        assert before != after == httpx.get(f"{gateway}{SERVED_VERSIONS_PATH}", timeout=10).json()["served"]

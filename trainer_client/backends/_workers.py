@@ -26,12 +26,20 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from trainer_client.routing import RoutingUnavailableError
+
 if TYPE_CHECKING:
     import httpx
 
     from trainer_client._client import RolloutClient
 
-__all__ = ["GatewayWorkersError", "register_inference_servers", "report_weight_version", "worker_urls"]
+__all__ = [
+    "GatewayWorkersError",
+    "check_routing_returned",
+    "register_inference_servers",
+    "report_weight_version",
+    "worker_urls",
+]
 
 logger = logging.getLogger("trainer_client.backends")
 
@@ -46,6 +54,7 @@ _lock = threading.Lock()
 _registered: set[tuple[str, tuple[str, ...]]] = set()
 _reported: dict[str, int] = {}
 _version_refused: set[str] = set()
+_routing_returned: set[str] = set()
 
 
 class GatewayWorkersError(RuntimeError):
@@ -137,6 +146,45 @@ def report_weight_version(
             return False
     logger.info("token gateway %s: %s's servers hold weight version %d", gateway, framework, version)
     return True
+
+
+def check_routing_returned(client: RolloutClient, *, setting: str) -> None:
+    """Check, before any rollout, that the servers behind ``client``'s gateway return per-token MoE routing.
+
+    One one-token call through the gateway (:meth:`RolloutClient.probe_gateway`) per gateway and process; the
+    framework's ``setting`` asks for router replay. Call it after the framework's servers are registered.
+
+    Raises:
+        RoutingUnavailableError: the call's trace holds no routing, or the client has no gateway; the message
+            names the server flag to turn on.
+        GatewayWorkersError: the call failed (no server answered through the gateway).
+    """
+    import httpx
+
+    gateway = (client.gateway_url or "").rstrip("/")
+    if not gateway:
+        raise RoutingUnavailableError(setting, f"the calls of experiment {client.exp_id!r} (it has no token gateway)")
+    with _lock:
+        if gateway in _routing_returned:
+            return
+        try:
+            trace = client.probe_gateway()
+        except httpx.HTTPError as exc:
+            raise GatewayWorkersError(
+                f"{setting} is on, and the one-token call through the token gateway at {gateway} that checks the "
+                f"servers return MoE routing failed ({type(exc).__name__}: {exc}): check the gateway's workers "
+                "and the model name (model_id)"
+            ) from exc
+        if trace is None or trace.routed_experts is None:
+            raise RoutingUnavailableError(setting, f"a one-token call through the token gateway at {gateway}")
+        _routing_returned.add(gateway)
+    logger.info(
+        "token gateway %s: the servers return MoE routing (%d layers x top-%d) for %s",
+        gateway,
+        trace.routed_experts.layers,
+        trace.routed_experts.top_k,
+        setting,
+    )
 
 
 def _sync_workers(gateway: str, wanted: Sequence[str], framework: str, http: httpx.Client | None) -> None:

@@ -18,7 +18,8 @@ tokens) and ``rollout_log_probs`` of the same length (rows cut to ``rollout_max_
 ``rollout_max_response_len`` each); the rows of one rollout share its ``group_index``, its reward, its
 failure handling, ``rollout_id`` (slime's key of one rollout: ``rollout_id`` or else ``index`` of the prompt
 sample, as slime's own multi-sample rollouts set it) and ``metadata["agentcore"]`` (``session_id``,
-``status``, ``error``, ``rows``, and ``row``, the row's index).
+``status``, ``error``, ``rows``, and ``row``, the row's index, and ``tokens_by_version``, the row's trained tokens
+by the weight version that sampled them).
 
 slime 624b824a trains on rollouts, not samples: ``global_batch_size`` counts rollouts (``rollout_id``s), a
 training step holds the whole of each of its rollouts, and the loss averages each rollout's tokens over
@@ -50,11 +51,13 @@ status and ``agentcore/sampled_tokens`` (completion tokens of every model call),
 Weight versions: slime syncs its servers' weights before each rollout step, so :func:`generate_rollout` tells the
 gateway the step's ``rollout_id`` as the version they hold (``_workers.report_weight_version``); every trace then
 records the version that served its call, each row's ``weight_versions`` lists its calls' versions, and the
-step's metrics add ``agentcore/staleness_p50`` / ``agentcore/staleness_max``: ``rollout_id`` minus the oldest
-version that served each rollout. Router replay (``--use-rollout-routing-replay``): each row's
-``rollout_routed_experts`` is the routing the server returned for its tokens (``(len(tokens) - 1, layers,
-top_k)``, every token but the last); a rollout whose calls came back without routing fails the step, naming the
-server flag to turn on.
+step's metrics add ``agentcore/staleness_p50`` / ``agentcore/staleness_max``: ``rollout_id`` minus the version
+that sampled each token the step trains (:mod:`trainer_client.staleness`), the median token's and the largest.
+Router replay (``--use-rollout-routing-replay``): before the first rollout each hook checks once per process,
+with a one-token call through the gateway, that the servers return routing, and refuses to start naming the
+server flag when they do not; each row's ``rollout_routed_experts`` is the routing the server returned for its
+tokens (``(len(tokens) - 1, layers, top_k)``, every token but the last); a rollout whose calls came back without
+routing all the same fails the step.
 
 Inference servers: the agents call the experiment's token gateway, which must send their calls to slime's
 SGLang servers. At each hook call (the first one does the work) the router slime starts,
@@ -103,6 +106,7 @@ from trainer_client.backends._shared import (
 )
 from trainer_client.backends.assembly import assemble_rows
 from trainer_client.routing import RoutingUnavailableError
+from trainer_client.staleness import Staleness, trained_tokens_by_version
 
 __all__ = [
     "SlimeSettings",
@@ -130,6 +134,8 @@ _SAMPLING_NAMES = {
     "stop": "stop",
     "stop_token_ids": "stop_token_ids",
 }
+#: slime's switch for router replay (R3).
+REPLAY_SETTING = "--use-rollout-routing-replay"
 #: Our ``--custom-reward-post-process-path`` (see the module docstring).
 POST_PROCESS_PATH = f"{__name__}.post_process_rewards"
 
@@ -250,13 +256,14 @@ def rollout_samples(
     traces = outcome.token_traces
     for index, (row_sample, row) in enumerate(zip(samples, rows, strict=True)):
         calls, traces = traces[: row.num_calls], traces[row.num_calls :]
-        row_sample.metadata["agentcore"] = {**agentcore, "row": index}
+        trained = trained_tokens_by_version([row], calls)
+        row_sample.metadata["agentcore"] = {**agentcore, "row": index, "tokens_by_version": _by_str(trained)}
         response_ids = row.response_ids or [settings.pad_token_id]
         row_sample.tokens = row.prompt_ids + response_ids
         row_sample.weight_versions = [str(call.weight_version) for call in calls if call.weight_version is not None]
         if routing_replay:
             if row.routed_experts is None:
-                raise RoutingUnavailableError(outcome.session_id, "--use-rollout-routing-replay")
+                raise RoutingUnavailableError(REPLAY_SETTING, f"the model calls of rollout {outcome.session_id}")
             row_sample.rollout_routed_experts = row.routed_experts.padded(len(row_sample.tokens) - 1)
         row_sample.response_length = len(response_ids)
         row_sample.loss_mask = row.response_mask if row.response_ids else [0]
@@ -270,6 +277,11 @@ def rollout_samples(
             row_sample.status = Sample.Status.FAILED
             row_sample.remove_sample = settings.failure_policy == "mask"
     return samples
+
+
+def _by_str(counts: Mapping[int, int]) -> dict[str, int]:
+    """Counts by weight version with string keys (slime keeps metadata as JSON)."""
+    return {str(version): count for version, count in sorted(counts.items())}
 
 
 def pad_sample(sample: Sample, pad_token_id: int) -> Sample:
@@ -335,6 +347,12 @@ def _register_router(args: Any, settings: SlimeSettings) -> None:
     _workers.register_inference_servers(settings.client(), [f"http://{ip}:{port}/v1"], framework="slime")
 
 
+def _check_routing(args: Any, settings: SlimeSettings) -> None:
+    """With router replay on, check before any rollout that the servers return routing (once per process)."""
+    if getattr(args, "use_rollout_routing_replay", False):
+        _workers.check_routing_returned(settings.client(), setting=REPLAY_SETTING)
+
+
 def _refuse_rows_without_our_normalisation(args: Any, samples: int, rollouts: int) -> None:
     if samples > rollouts and getattr(args, "custom_reward_post_process_path", None) != POST_PROCESS_PATH:
         raise ValueError(
@@ -360,6 +378,7 @@ async def generate(
     """
     settings = SlimeSettings.from_args(args)
     _register_router(args, settings)
+    _check_routing(args, settings)
     outcome = await run_rollout(
         settings.client(),
         settings.payload(sample),
@@ -403,6 +422,7 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
         )
     settings = SlimeSettings.from_args(args)
     _register_router(args, settings)
+    _check_routing(args, settings)
     _workers.report_weight_version(settings.client(), rollout_id, framework="slime")
     size = int(args.n_samples_per_prompt)
     groups: list[list[Sample]] = sorted(
@@ -420,7 +440,6 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
     }
     statuses: Counter[str] = Counter()
     sampled = 0
-    lags: list[int] = []  # per rollout: this step's weight version minus the oldest that served it
     for rollout_group in settings.client().run_groups(
         [settings.payload(group[0]) for group in by_id.values()],
         samples_per_prompt=size,
@@ -443,13 +462,15 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
                 missing_reward=0.0,
                 routing_replay=bool(getattr(args, "use_rollout_routing_replay", False)),
             )
-            versions = [trace.weight_version for trace in outcome.token_traces if trace.weight_version is not None]
-            if versions:
-                lags.append(rollout_id - min(versions))
     ordered = [rollouts[id(sample)] for group in groups for sample in group]
     samples = [sample for rollout in ordered for sample in rollout]
     rows = sum(sample.metadata["agentcore"]["rows"] for sample in samples if sample.metadata["agentcore"]["row"] == 0)
     trained = sum(sum(sample.loss_mask) for sample in samples if not sample.remove_sample)
+    by_version: Counter[int] = Counter()
+    for sample in samples:
+        if not sample.remove_sample:
+            by_version.update({int(v): n for v, n in sample.metadata["agentcore"].get("tokens_by_version", {}).items()})
+    staleness = Staleness.of(rollout_id, by_version)
     padding = sum(sample.remove_sample for rollout in ordered for sample in rollout[:1])
     if padding and getattr(args, "custom_reward_post_process_path", None) != POST_PROCESS_PATH:
         logger.warning(
@@ -464,8 +485,8 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
     _refuse_rows_without_our_normalisation(args, len(samples) + filled, len(ordered))
     metrics: dict[str, Any] = {f"agentcore/{status}": count for status, count in statuses.items()}
     metrics |= {"agentcore/sampled_tokens": sampled, "agentcore/trained_tokens": trained, "agentcore/rows": rows}
-    if lags:
-        metrics |= {"agentcore/staleness_p50": statistics.median(lags), "agentcore/staleness_max": max(lags)}
+    if staleness is not None:
+        metrics |= {"agentcore/staleness_p50": staleness.p50, "agentcore/staleness_max": staleness.max}
     logger.info(
         "slime rollout %d: %s; %d rows, %d sampled tokens, %d trained (%d micro-batch padding samples)",
         rollout_id,

@@ -62,7 +62,11 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 from trainer_client._config import DEFAULT_ROLLOUT_TIMEOUT_S
 from trainer_client._exceptions import RolloutError
 from trainer_client.backends._shared import RolloutOutcome, load_function, run_rollout, shared_client
-from trainer_client.backends._workers import register_inference_servers, report_weight_version
+from trainer_client.backends._workers import (
+    check_routing_returned,
+    register_inference_servers,
+    report_weight_version,
+)
 from trainer_client.backends.assembly import TokenRow, assemble_rows
 from trainer_client.routing import RoutingUnavailableError
 
@@ -85,6 +89,8 @@ LEGACY_TRAINER_WARNING = (
     "no gradient; set trainer.use_v1=true (verl's default) to train every sampled token"
 )
 _legacy_warned = False
+#: verl's switch for router replay (R3).
+REPLAY_SETTING = "actor_rollout_ref.rollout.enable_rollout_routing_replay"
 
 #: Dataset row fields the default payload passes to the agent (``raw_prompt`` becomes ``prompt``).
 PAYLOAD_FIELDS = ("data_source", "reward_model", "extra_info", "tools_kwargs", "interaction_kwargs", "index")
@@ -165,6 +171,8 @@ class AgentCoreAgentLoop(AgentLoopBase):
         """Run the row as one rollout in group ``kwargs["uid"]`` and return its outputs."""
         if self.register_servers:
             await self._register_servers()
+        if self.routing_replay:
+            await asyncio.to_thread(check_routing_returned, self.client, setting=REPLAY_SETTING)
         if "global_steps" in kwargs:
             await asyncio.to_thread(report_weight_version, self.client, int(kwargs["global_steps"]), framework="verl")
         outcome = await run_rollout(
@@ -263,7 +271,7 @@ def to_outputs(
     traces = outcome.token_traces
     for row in rows:
         if routing_replay and row.num_calls and row.routed_experts is None:
-            raise RoutingUnavailableError(outcome.session_id, "actor_rollout_ref.rollout.enable_rollout_routing_replay")
+            raise RoutingUnavailableError(REPLAY_SETTING, f"the model calls of rollout {outcome.session_id}")
         calls, traces = traces[: row.num_calls], traces[row.num_calls :]
         response_ids = row.response_ids or [pad_token_id]
         logprobs = row.response_logprobs
