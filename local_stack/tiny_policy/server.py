@@ -28,7 +28,7 @@ import json
 import queue
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,7 @@ from local_stack.tiny_policy.model import (
     sample_batch,
 )
 
-__all__ = ["DEFAULT_MAX_TOKENS", "MAX_BATCH", "TransformerPolicy"]
+__all__ = ["DEFAULT_MAX_TOKENS", "MAX_BATCH", "TransformerPolicy", "called_tool"]
 
 DEFAULT_MAX_TOKENS = 16
 #: Requests sampled together at most.
@@ -79,7 +79,7 @@ class TransformerPolicy:
 
     async def complete(self, request: ChatRequest) -> Completion:
         """Queue the request for the next batch and wait for its turn (the event loop stays free)."""
-        tool = _called_tool(request)
+        tool = called_tool(request.tools, request.tool_choice)
         try:
             prompt_ids = self.tokenizer.render_prompt(request.messages, request.tools)
         except VocabularyError as exc:
@@ -180,10 +180,10 @@ async def _weights_request(request: Request) -> tuple[bytes, int | None]:
     return Path(body["path"]).read_bytes(), version
 
 
-def _called_tool(request: ChatRequest) -> str | None:
-    """The tool a ``<tool_call>`` token calls in this request, or None when the model may not call one."""
-    names = tool_names(request.tools)
-    choice = request.tool_choice
+def called_tool(tools: Sequence[Mapping[str, Any]], choice: Any) -> str | None:
+    """The tool a ``<tool_call>`` token calls in a request offering ``tools`` with ``tool_choice`` ``choice``, or
+    None when the model may not call one."""
+    names = tool_names(tools)
     if not names or choice == "none":
         return None
     if isinstance(choice, dict):

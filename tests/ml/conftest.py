@@ -1,4 +1,4 @@
-"""Real frameworks warn at import about their own dependencies; those warnings are not ours to fix."""
+"""Real frameworks warn at import about their own dependencies (not ours to fix); the local Tinker endpoint fixture."""
 
 import pytest
 
@@ -8,3 +8,22 @@ def pytest_collection_modifyitems(items):
         item.add_marker(pytest.mark.filterwarnings("ignore::DeprecationWarning"))
         item.add_marker(pytest.mark.filterwarnings("ignore::FutureWarning"))
         item.add_marker(pytest.mark.filterwarnings("ignore::UserWarning"))
+
+
+@pytest.fixture(scope="module")
+def tinker_endpoint(tmp_path_factory):
+    """The tiny policy with the Tinker API (``python -m local_stack.model_endpoint --tinker``) as a real process,
+    serving ``tiny-policy``: its URL."""
+    import os
+
+    from local_stack.model_endpoint import EndpointSettings
+    from local_stack.model_endpoint.process import model_endpoint_process
+
+    settings = EndpointSettings(model_name="tiny-policy", policy="transformer", tinker=True)
+    process = model_endpoint_process(run_dir=tmp_path_factory.mktemp("tinker"), base_env=os.environ, settings=settings)
+    process.start()
+    try:
+        process.wait_ready(120.0)
+        yield process.url
+    finally:
+        process.stop()

@@ -6,40 +6,22 @@ loss (its logprobs are the sampler's, its loss Tinker's formula), ``optim_step``
 saved sampler weights reaching the endpoint's OpenAI surface as the next weight version.
 """
 
-import os
-
 import httpx
 import pytest
 
 torch = pytest.importorskip("torch")
 tinker = pytest.importorskip("tinker")
 
-from local_stack.model_endpoint import EndpointSettings  # noqa: E402
-from local_stack.model_endpoint.process import model_endpoint_process  # noqa: E402
 from local_stack.tiny_policy import ChatTokenizer  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
 MODEL = "tiny-policy"
-READY_TIMEOUT_S = 120.0
 
 
 @pytest.fixture(scope="module")
-def endpoint(tmp_path_factory):
-    """The transformer policy with the Tinker API (``python -m local_stack.model_endpoint --tinker``)."""
-    settings = EndpointSettings(model_name=MODEL, policy="transformer", tinker=True)
-    process = model_endpoint_process(run_dir=tmp_path_factory.mktemp("tinker"), base_env=os.environ, settings=settings)
-    process.start()
-    try:
-        process.wait_ready(READY_TIMEOUT_S)
-        yield process.url
-    finally:
-        process.stop()
-
-
-@pytest.fixture(scope="module")
-def service(endpoint):
-    return tinker.ServiceClient(base_url=endpoint, api_key="tml-local")
+def service(tinker_endpoint):
+    return tinker.ServiceClient(base_url=tinker_endpoint, api_key="tml-local")
 
 
 def _prompt():
@@ -67,7 +49,7 @@ def test_capabilities_name_the_served_policy(service):
     assert [(m.model_name, m.trainable, m.sampleable) for m in models] == [(MODEL, True, True)]
 
 
-def test_an_rl_step_through_the_sdk_is_token_exact_and_moves_the_weights(service, endpoint):
+def test_an_rl_step_through_the_sdk_is_token_exact_and_moves_the_weights(service, tinker_endpoint):
     training = service.create_lora_training_client(base_model=MODEL, rank=8, seed=1).result()
     sampler = training.save_weights_and_get_sampling_client().result()
     prompt = _prompt()
@@ -108,7 +90,7 @@ def test_an_rl_step_through_the_sdk_is_token_exact_and_moves_the_weights(service
     assert all(len(s.logprobs) == len(s.tokens) for s in resampled.sequences)
 
     # The endpoint's OpenAI surface serves the weights last saved for the sampler, as version = optimizer steps.
-    weights = httpx.get(f"{endpoint}/v1/weights").raise_for_status().json()
+    weights = httpx.get(f"{tinker_endpoint}/v1/weights").raise_for_status().json()
     assert weights["weight_version"] == 1
 
 
@@ -124,10 +106,10 @@ def test_refusals_say_what_is_wrong(service):
         training.forward_backward([datum], loss_fn="importance_sampling").result()
 
 
-def test_the_doctors_probe_names_what_the_endpoint_serves(endpoint):
+def test_the_doctors_probe_names_what_the_endpoint_serves(tinker_endpoint):
     from trainer_client._tinker import probe_tinker
 
-    assert probe_tinker({"TINKER_BASE_URL": endpoint}) == (True, f"{endpoint} serves tiny-policy", "")
+    assert probe_tinker({"TINKER_BASE_URL": tinker_endpoint}) == (True, f"{tinker_endpoint} serves tiny-policy", "")
     ok, detail, fix = probe_tinker({"TINKER_BASE_URL": "http://127.0.0.1:9"})
     assert not ok and "did not answer" in detail and "rollouts local up --tinker" in fix
     assert probe_tinker({}) is None
