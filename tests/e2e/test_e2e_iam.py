@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from collections import Counter
 from concurrent.futures import CancelledError
 from pathlib import Path
@@ -194,6 +195,10 @@ def _drive(stack: LocalStack, root: Path) -> None:
     # Another trainer that submitted and went away without closing (its lease stays alive): its event is handed back.
     elsewhere = run_trainer_process(stack, EXP, "elsewhere", "1", "--no-wait", "--sleep", "3")
     assert elsewhere.returncode == 0, elsewhere.stderr[-2000:]
+    # The receive it had open when it exited (trainer_process polls 1 s at a time) still takes the next event to come
+    # (SQS and moto alike; in one CI run ``ok``'s), which then stays invisible for the completion queue's 60 s
+    # visibility timeout: let that receive end before this test's rollouts finish.
+    time.sleep(1.5)
     poll = PollSettings(wait_time_s=1, deadline_grace_s=1)  # the crash's future is checked before its event
     with RolloutClient.for_experiment(EXP, poll=poll) as client:
         # More rollouts than session slots: dispatches wait for a slot (the count is read).
