@@ -46,7 +46,7 @@ from local_stack.tiny_policy import PolicyConfig, build_model, require_torch, se
 from rollout_contract.settings import PathValue, Settings
 from trainer_client import FailurePolicy, RolloutClient
 
-__all__ = ["TrainSettings", "main", "train"]
+__all__ = ["TrainSettings", "main", "plot_steps", "train"]
 
 EXPERIMENT = "grpo"
 MODEL_NAME = "tiny-policy"
@@ -130,7 +130,12 @@ def train(settings: TrainSettings, out: TextIO = sys.stdout) -> dict[str, Any]:
                     clip=f"{record['clip_fraction']:.3f}",
                     step_s=record["step_s"],
                 )
-    plot = _plot(run.steps, output_dir / "grpo_local.png")
+    plot = plot_steps(
+        run.steps,
+        output_dir / "grpo_local.png",
+        title="GRPO on the local stack: tiny transformer, lookup task",
+        lower=("clip_fraction", "clip fraction"),
+    )
     summary = _summary(run, time.monotonic() - started, plot, output_dir / "steps.jsonl")
     out.write(json.dumps(summary) + "\n")
     return summary
@@ -236,21 +241,21 @@ def _rate(results: list[Any], predicate: Any) -> float:
     return statistics.fmean(1.0 if predicate(r) else 0.0 for r in results) if results else 0.0
 
 
-def _plot(steps: list[dict[str, Any]], path: Path) -> Path:
-    """Reward mean and clip fraction per step, as a PNG."""
+def plot_steps(steps: list[dict[str, Any]], path: Path, *, title: str, lower: tuple[str, str]) -> Path:
+    """Reward mean and ``lower`` (a step field and its axis label) per step, as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    figure, (reward_axis, clip_axis) = pyplot.subplots(2, 1, sharex=True, figsize=(7, 5))
+    figure, (reward_axis, lower_axis) = pyplot.subplots(2, 1, sharex=True, figsize=(7, 5))
     x = [s["step"] for s in steps]
-    reward_axis.plot(x, [s["reward_mean"] for s in steps], marker="o")
+    reward_axis.plot(x, [s["reward_mean"] or 0.0 for s in steps], marker="o")
     reward_axis.set_ylabel("reward mean")
-    reward_axis.set_title("GRPO on the local stack: tiny transformer, lookup task")
-    clip_axis.plot(x, [s["clip_fraction"] for s in steps], marker="o", color="tab:orange")
-    clip_axis.set_ylabel("clip fraction")
-    clip_axis.set_xlabel("step")
+    reward_axis.set_title(title)
+    lower_axis.plot(x, [s.get(lower[0], 0.0) for s in steps], marker="o", color="tab:orange")
+    lower_axis.set_ylabel(lower[1])
+    lower_axis.set_xlabel("step")
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     pyplot.close(figure)

@@ -25,7 +25,7 @@ MODEL = "tiny-policy"
 def sampler(tinker_endpoint):
     service = tinker.ServiceClient(base_url=tinker_endpoint, api_key="tml-local")
     training = service.create_lora_training_client(base_model=MODEL, rank=4).result()
-    with TinkerSampler(TinyRenderer(), model_name=MODEL, max_tokens=8) as sampler:
+    with TinkerSampler(TinyRenderer(), model_name=MODEL, max_tokens=8, max_context=150) as sampler:
         sampler.use(training.save_weights_and_get_sampling_client().result(), 0)
         yield sampler
 
@@ -66,3 +66,34 @@ def test_refusals_say_what_to_send(sampler):
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
     response = httpx.post(f"{sampler.url}/chat/completions", json=body, timeout=60)
     assert response.status_code == 400 and "stream=false" in response.json()["error"]["message"]
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "x" * 150}]}
+    response = httpx.post(f"{sampler.url}/chat/completions", json=body, timeout=60)
+    assert response.status_code == 400 and "max_context_tokens is 150" in response.json()["error"]["message"]
+
+
+def test_the_hf_renderer_renders_the_chat_template_and_reads_hermes_tool_calls(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from trainer_client.backends._tinker_sampler import HfChatRenderer
+
+    words = ["<pad>", "<eos>", "<unk>", "user", "assistant", "hi", "<tool_call>", '{"name":', '"lookup",']
+    words += ['"arguments":', "{}}", "</tool_call>", "ok"]
+    model = Tokenizer(models.WordLevel({word: i for i, word in enumerate(words)}, unk_token="<unk>"))
+    model.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=model, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+    tokenizer.chat_template = (
+        "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}"
+        "{% if add_generation_prompt %}assistant {% endif %}"
+    )
+    tokenizer.save_pretrained(tmp_path)
+    renderer = HfChatRenderer(str(tmp_path))
+    ids = {word: i for i, word in enumerate(words)}
+
+    assert renderer.prompt_ids([{"role": "user", "content": "hi"}], []) == [ids["user"], ids["hi"], ids["assistant"]]
+    assert renderer.stop_ids([]) == [ids["<eos>"]]
+    call = [ids[w] for w in ("<tool_call>", '{"name":', '"lookup",', '"arguments":', "{}}", "</tool_call>", "<eos>")]
+    message, finish_reason = renderer.message(call, True, {})
+    assert finish_reason == "tool_calls" and message["content"] == ""
+    assert [c["function"] for c in message["tool_calls"]] == [{"name": "lookup", "arguments": "{}"}]
+    assert renderer.message([ids["ok"]], False, {}) == ({"role": "assistant", "content": "ok"}, "length")

@@ -49,10 +49,12 @@ class ChatRenderer(Protocol):
 class HfChatRenderer:
     """A Hugging Face tokenizer's chat template; tool calls in the Hermes ``<tool_call>`` JSON form."""
 
-    def __init__(self, tokenizer: str, chat_template_kwargs: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, tokenizer: str, chat_template_kwargs: Mapping[str, Any] | None = None, *, revision: str | None = None
+    ) -> None:
         from transformers import AutoTokenizer
 
-        self._tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+        self._tokenizer = AutoTokenizer.from_pretrained(tokenizer, revision=revision)
         self._kwargs = dict(chat_template_kwargs or {})
 
     def prompt_ids(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> list[int]:
@@ -97,11 +99,19 @@ class TinkerSampler:
     """An OpenAI chat server on ``host``:``port`` (0: any free port) that samples with a Tinker sampling client."""
 
     def __init__(
-        self, renderer: ChatRenderer, *, model_name: str, max_tokens: int, host: str = "127.0.0.1", port: int = 0
+        self,
+        renderer: ChatRenderer,
+        *,
+        model_name: str,
+        max_tokens: int,
+        max_context: int | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
     ) -> None:
         self.renderer = renderer
         self.model_name = model_name
         self.max_tokens = max_tokens
+        self.max_context = max_context
         self._sampling_client: Any = None
         self.weight_version = 0
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -177,6 +187,11 @@ class TinkerSampler:
                 raise ValueError("no weights to sample yet: the trainer has not synced the sampler")
             tools = body.get("tools") or []
             prompt = await asyncio.to_thread(self.renderer.prompt_ids, body.get("messages") or [], tools)
+            if self.max_context is not None and len(prompt) >= self.max_context:
+                raise ValueError(
+                    f"the prompt has {len(prompt)} tokens; max_context_tokens is {self.max_context}: shorten the "
+                    "conversation or raise max_context_tokens"
+                )
         except (ValueError, TypeError, KeyError) as exc:
             return JSONResponse({"error": {"message": str(exc), "type": "invalid_request_error"}}, status_code=400)
         return JSONResponse(await self._sample(body, tools, prompt))
@@ -187,16 +202,17 @@ class TinkerSampler:
         import tinker
 
         client, version = self._sampling_client, self.weight_version
+        max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or self.max_tokens)
+        if self.max_context is not None:
+            max_tokens = min(max_tokens, self.max_context - len(prompt))
         params = tinker.SamplingParams(
-            max_tokens=int(body.get("max_tokens") or body.get("max_completion_tokens") or self.max_tokens),
+            max_tokens=max_tokens,
             temperature=float(body.get("temperature", 1.0)),
             top_p=float(body.get("top_p", 1.0)),
             seed=body.get("seed"),
             stop=self.renderer.stop_ids(tools),
         )
-        result = await client.sample_async(
-            prompt=tinker.ModelInput.from_ints(prompt), num_samples=1, sampling_params=params
-        )
+        result = await client.sample(prompt=tinker.ModelInput.from_ints(prompt), num_samples=1, sampling_params=params)
         sequence = result.sequences[0]
         tokens, logprobs = list(sequence.tokens), list(sequence.logprobs or [])
         message, finish_reason = self.renderer.message(tokens, sequence.stop_reason == "stop", body)
