@@ -2,7 +2,8 @@
 
 The widgets and alarms are data there (D78); this module renders them: a :class:`~rollout_contract.monitoring.Metric`
 becomes a ``cw.Metric``, a ``Math`` or ``Search`` a ``cw.MathExpression``, a ``Graph`` a ``cw.GraphWidget``
-(``Line`` -> a horizontal annotation on the left axis), ``AlarmStatus`` an ``AlarmStatusWidget``.
+(``Line`` -> a horizontal annotation on the left axis; each axis labelled with its unit, ``Graph.left_unit`` and
+``right_unit``, as the local page labels it), ``AlarmStatus`` an ``AlarmStatusWidget``.
 """
 
 from __future__ import annotations
@@ -91,6 +92,8 @@ class Monitoring(Construct):
             left=[series(s) for s in widget.left],
             right=[series(s) for s in widget.right],
             left_annotations=[cw.HorizontalAnnotation(value=line.value, label=line.label) for line in widget.lines],
+            left_y_axis=cw.YAxisProps(label=widget.left_unit, show_units=False),
+            right_y_axis=cw.YAxisProps(label=widget.right_unit, show_units=False) if widget.right else None,
             width=widget.width,
             height=widget.height,
         )

@@ -30,7 +30,8 @@ from rollout_contract.metrics import (
     STATUS_DIMENSION,
     STOPS,
 )
-from rollout_contract.monitoring import SESSION_HOUR_USD
+from rollout_contract.monitoring import SESSION_HOUR_USD, Monitored
+from rollout_contract.monitoring import dashboard as dashboard_of
 from rollout_contract.protocol import DEFAULT_INVOKE_TPS, SERVICE_QUOTA_EXCEEDED, THROTTLING
 from rollout_contract.resources import (
     AGENT_REPOSITORY_NAME,
@@ -718,6 +719,25 @@ def test_dashboard_graphs_stops_failures_by_status_cost_and_durations_on_a_minut
     # AND result written -> trainer is the age of the oldest completion event the trainer has not read
     (trainer_lag,) = widgets["Result written -> trainer (s)"]["metrics"]
     assert trainer_lag[:2] == ["AWS/SQS", "ApproximateAgeOfOldestMessage"] and "CompletionQueue" in trainer_lag[3]
+
+
+def test_every_dashboard_axis_names_its_unit_as_the_local_page_does(synth: Synthesized) -> None:
+    # GIVEN the alpha stack WHEN its dashboard's widgets are read
+    widgets = _widgets(synth.experiments["alpha"])
+    # THEN each left axis is labelled with its graph's unit (CloudWatch's own unit label off), and each right
+    # axis that draws a series with its own
+    watched = Monitored("alpha", "q", "c", {}, {}, {}, 28_800, DEFAULT_INVOKE_TPS, 90)  # titles and units only
+    for graph in dashboard_of(watched).graphs():
+        axes = widgets[graph.title]["yAxis"]
+        assert axes["left"] == {"label": graph.left_unit, "showUnits": False}, graph.title
+        if graph.right:
+            assert axes["right"] == {"label": graph.right_unit, "showUnits": False}, graph.title
+        else:
+            assert "right" not in axes, graph.title
+    # AND the units are the ones a reader expects: per minute, sessions, seconds
+    assert widgets["Submitted, dispatched, stopped, succeeded"]["yAxis"]["left"]["label"] == "per minute"
+    assert widgets["In flight"]["yAxis"]["left"]["label"] == "sessions"
+    assert widgets["Dispatch lag (s)"]["yAxis"]["left"]["label"] == "seconds"
 
 
 def test_dashboard_draws_every_run_of_the_experiment_found_by_search(synth: Synthesized) -> None:
