@@ -1,10 +1,10 @@
 """The coding agent in its RL form: ``AgentCoreRLApp`` + ``@app.rollout_entrypoint``.
 
-Payload: ``{"id", "prompt", "tests": ["assert EXPR == LITERAL", ...]}`` plus the trainer's ``_rollout`` (``base_url``,
-``model_id``, ``sampling_params``, ``api_key``). The agent works in a sandbox of its own session (a fresh
-working directory, child processes under time and memory limits); the reward is the fraction of the
-task's tests its solution passes. Run it with ``python examples/coding_agent/app.py`` (port from ``PORT``,
-default 8080), or on the local stack with ``rollouts local up --agent examples/coding_agent/app.py``.
+Payload: ``{"id", "prompt", "tests": ["assert EXPR == LITERAL", ...], "network": false}`` plus the trainer's
+``_rollout`` (``base_url``, ``model_id``, ``sampling_params``, ``api_key``). The agent runs the model's code apart
+from itself (``agent_app.confinement``: another user, no network unless ``network`` grants it, limits); the reward
+is the fraction of the task's tests its solution passes. Run it with ``python examples/coding_agent/app.py`` (port
+from ``PORT``, default 8080), or on the local stack with ``rollouts local up --agent examples/coding_agent/app.py``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from openai import AsyncOpenAI
 
 from agent_app import AgentCoreRLApp
 from examples.coding_agent.agent import solve
-from examples.coding_agent.sandbox import Sandbox, parse_tests
+from examples.coding_agent.sandbox import Limits, Sandbox, parse_tests
 
 app = AgentCoreRLApp()
 
@@ -32,7 +32,12 @@ async def invoke(payload: dict[str, Any], context: Any) -> dict[str, Any]:
     if not isinstance(tests, list) or not all(isinstance(test, str) for test in tests):
         raise ValueError('payload["tests"] must be a list of test statements, e.g. ["assert f(1) == 2"]')
     checks = parse_tests(tests)
-    sandbox = Sandbox.for_session(context.session_id or "local")
+    network = payload.get("network", False)
+    if not isinstance(network, bool):
+        raise ValueError(
+            'payload["network"] must be true or false: whether the task grants the model\'s code the network'
+        )
+    sandbox = Sandbox.for_session(context.session_id or "local", Limits(network=network))
     client = AsyncOpenAI(base_url=rollout["base_url"], api_key=rollout.get("api_key") or "EMPTY")
     try:
         attempt = await solve(

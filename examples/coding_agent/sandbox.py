@@ -1,11 +1,11 @@
-"""Run model-written Python inside the session: a child process with time, memory and output limits.
+"""Run model-written Python apart from the agent: confined (``agent_app.confinement``), with time and output limits.
 
-Each rollout gets its own working directory (:meth:`Sandbox.for_session`, under the session's ``TMPDIR``:
-private to its microVM in ACR, to its process tree in the emulator). Code runs there in a fresh isolated
-interpreter (``python -I``: no user site, no ``PYTHON*`` variables) with a bare environment, which sets
-its own limits before it runs anything of the model's: address space (``RLIMIT_AS``), CPU seconds
-(``RLIMIT_CPU``), file size (``RLIMIT_FSIZE``), plus a wall-clock timeout after which its whole process
-group is killed.
+Each rollout gets its own directory (:meth:`Sandbox.for_session`, private to the agent's user), where the agent
+writes the model's code. Each run is a fresh isolated interpreter (``python -I``) started through
+:class:`~agent_app.confinement.Confinement`: as the sandbox user, with no network (unless the task grants it), in a
+private ``/tmp`` that holds only a copy of its file, with this example's directory (the task set) and the agent's
+home hidden, under limits on address space, CPU seconds, processes and file size, and a wall-clock timeout after
+which its whole process group is killed.
 
 :meth:`Sandbox.run_tests` scores a solution against its task's tests, each ``assert EXPR == VALUE`` (or
 ``is VALUE``) with a literal ``VALUE``. The child gets only the expressions: it runs the solution, evaluates
@@ -31,22 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent_app.confinement import Confinement, clean_environment
+
 __all__ = ["Check", "Limits", "RunResult", "Sandbox", "TestScore", "parse_tests"]
 
-# Runs first in the child: limits on itself, then the model's file as __main__.
-_LIMITED_RUN = """
-import resource, sys
-memory, cpu, fsize = (int(v) for v in sys.argv[2:5])
-resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-path = sys.argv[1]
-sys.argv = [path]
-with open(path) as source:
-    code = compile(source.read(), path, "exec")
-del resource, memory, cpu, fsize, path, source
-exec(code, {"__name__": "__main__"})
-"""
 # The test harness (the model's file is the solution): read the nonce, run the solution, then report the value
 # of each expression (its repr) or that it failed, one line each after the nonce.
 _TEST_HARNESS = """
@@ -77,13 +65,17 @@ for index, expression in enumerate(expressions):
 
 @dataclass(frozen=True)
 class Limits:
-    """What one run may use: wall-clock and CPU seconds, address space, bytes of each file and of output."""
+    """What one run may use: wall-clock and CPU seconds, address space, bytes of each file and of output,
+    processes, its private ``/tmp``, and the network (only when the task grants it)."""
 
     timeout_s: float = 5.0
     memory_mb: int = 256
     file_mb: int = 10
     output_chars: int = 4000
     per_test_s: float = 1.0
+    processes: int = 32
+    tmp_mb: int = 64
+    network: bool = False
 
 
 @dataclass(frozen=True)
@@ -181,8 +173,7 @@ class Sandbox:
 
     def run(self, code: str) -> RunResult:
         """Run ``code`` as a script in the working directory, under the limits."""
-        path = self._write(code)
-        return self._execute([_LIMITED_RUN, str(path)], stdin=None)
+        return self._execute(self._write(code), stdin=None)
 
     def run_tests(self, solution: str, checks: Sequence[Check]) -> TestScore:
         """Run ``solution``, then evaluate each check's expression under ``Limits.per_test_s``; count the matches."""
@@ -190,13 +181,14 @@ class Sandbox:
             return TestScore(0, 0, "the task has no tests")
         path = self._write(solution)
         harness = _TEST_HARNESS.replace("__per_test_s__", repr(self.limits.per_test_s)).replace(
-            "__solution__", repr(str(path))
+            "__solution__", repr(path.name)
         )
         nonce = secrets.token_hex(16)
         expressions = json.dumps([check.expression for check in checks])
         timeout = self.limits.timeout_s + self.limits.per_test_s * len(checks)
         result = self._execute(
-            [_LIMITED_RUN, str(self._write(harness))],
+            self._write(harness),
+            files=(path,),
             stdin=f"{nonce}\n{expressions}",
             timeout_s=timeout,
             whole_output=True,
@@ -224,25 +216,30 @@ class Sandbox:
         return path
 
     def _execute(
-        self, program: list[str], *, stdin: str | None, timeout_s: float | None = None, whole_output: bool = False
+        self,
+        script: Path,
+        *,
+        stdin: str | None,
+        files: Sequence[Path] = (),
+        timeout_s: float | None = None,
+        whole_output: bool = False,
     ) -> RunResult:
         limits = self.limits
         timeout = timeout_s or limits.timeout_s
-        cpu_s = max(1, int(timeout + 0.999))
-        argv = [
-            sys.executable,
-            "-I",
-            "-c",
-            *program,
-            str(limits.memory_mb << 20),
-            str(cpu_s),
-            str(limits.file_mb << 20),
-        ]
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.workdir), "TMPDIR": str(self.workdir)}
-        process = subprocess.Popen(  # noqa: S603 - our interpreter and our bootstrap; the model's code is a file
+        confinement = Confinement(
+            cpu_s=max(1, int(timeout + 0.999)),
+            memory_mb=limits.memory_mb,
+            processes=limits.processes,
+            file_mb=limits.file_mb,
+            tmp_mb=limits.tmp_mb,
+            network=limits.network,
+            hidden=(str(Path(__file__).parent), os.getcwd()),  # this example's files (the task set), the agent's
+        )
+        argv = confinement.command([sys.executable, "-I", script.name], scratch=self.workdir, files=(script, *files))
+        process = subprocess.Popen(  # noqa: S603 - our interpreter and our start-up program; the model's code is a file
             argv,
             cwd=self.workdir,
-            env=env,
+            env=clean_environment(),
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

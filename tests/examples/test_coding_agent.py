@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
 from pathlib import Path
 
 import httpx
 import pytest
 
+from agent_app.confinement import SANDBOX_GID, SANDBOX_UID
 from examples.coding_agent.sandbox import Limits, Sandbox, parse_tests
 from local_stack.model_endpoint import EndpointSettings, create_app
 
@@ -22,10 +25,44 @@ def sandbox(tmp_path: Path) -> Sandbox:
     return Sandbox(tmp_path, Limits(timeout_s=1, memory_mb=128, per_test_s=0.5))
 
 
-def test_code_runs_in_the_sessions_working_directory_and_its_output_comes_back(sandbox: Sandbox) -> None:
-    result = sandbox.run("import os\nopen('note.txt', 'w').write('x')\nprint(os.getcwd())\nraise SystemExit(3)")
-    assert (result.exit_code, result.stdout.strip(), result.timed_out) == (3, str(sandbox.workdir), False)
-    assert (sandbox.workdir / "note.txt").read_text() == "x"
+def test_code_runs_in_a_fresh_directory_of_its_own_and_its_output_comes_back(sandbox: Sandbox) -> None:
+    code = "import os\nprint(sorted(os.listdir()), os.environ['TMPDIR'] == os.getcwd())\nraise SystemExit(3)"
+    result = sandbox.run(code)
+    second = sandbox.run(code)
+    assert (result.exit_code, result.stdout.strip(), result.timed_out) == (3, "['run_1.py'] True", False)
+    assert second.stdout.strip() == "['run_2.py'] True"  # nothing of the first run left in it
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the strict isolation needs root (D101)")
+def test_the_models_code_runs_as_another_user_without_the_agents_files_environment_or_network(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a secret in the agent's environment and a server the agent can reach
+    monkeypatch.setenv("AGENT_SECRET", "s3cr3t")
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        # WHEN the model's code looks around
+        result = sandbox.run(
+            "import os, socket\n"
+            "print(os.getuid(), os.getgid(), os.getgroups(), sorted(os.environ))\n"
+            f"print(os.path.exists({str(EXAMPLE / 'tasks.jsonl')!r}), [p for p in os.listdir('/proc') if p[0] < 'a'])\n"
+            f"socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+        )
+    # THEN it ran as the sandbox user, with a clean environment, its own /proc, no task set and no network
+    uid, files, *_ = result.stdout.splitlines()
+    assert uid == f"{SANDBOX_UID} {SANDBOX_GID} [] ['HOME', 'LANG', 'PATH', 'TMPDIR']"
+    assert files == "False ['1']"  # the agent's processes are not in its /proc
+    assert result.exit_code == 1 and "Error" in result.stderr.splitlines()[-1]
+    assert "s3cr3t" not in result.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the strict isolation needs root (D101)")
+def test_a_fork_bomb_stops_at_the_process_limit_and_leaves_nothing_behind(sandbox: Sandbox) -> None:
+    bomb = "import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            os.setsid()\n"
+    bomb += "            time.sleep(60)\n            os._exit(0)\n        n += 1\nexcept OSError:\n    print(n)\n"
+    result = sandbox.run(bomb)
+    assert result.exit_code == 0 and int(result.stdout) < Limits().processes
+    assert not [p for p in Path("/proc").glob("[0-9]*") if p.stat().st_uid == SANDBOX_UID]
 
 
 def test_a_loop_is_killed_at_the_time_limit(sandbox: Sandbox) -> None:

@@ -1,11 +1,12 @@
-"""Each example's Dockerfile, and the sandbox image's, makes an image ACR can run: ARM64, port 8080, not root, and
-what its CMD imports inside.
+"""Each example's Dockerfile, and the sandbox image's, makes an image ACR can run: ARM64, port 8080, not root (or
+root only to start model-written code as the sandbox user, strictly confined), and what its CMD imports inside.
 
 No Docker here: the file is read, and the modules its CMD runs are followed import by import: a module of this
 repository must be in a COPY'd folder, any other must be installed by the extras its ``pip install`` names
 (checked against the installed distributions' metadata), or be in the standard library. Then, short of a build,
 its steps are replayed: the files it copies go into a fresh folder, its ``pip install`` runs there into a fresh
-venv, and its command's script is imported with the image's ``ENV`` and working directory.
+venv, and its command's script is imported with the image's ``ENV`` and working directory; in an image that
+confines model-written code, a confined program started with the installed ``agent_app`` runs as the sandbox user.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from agent_app.confinement import ISOLATION_ENV, SANDBOX_GID, SANDBOX_UID, Isolation
 
 ROOT = Path(__file__).parents[2]
 DOCKERFILES = [*sorted((ROOT / "examples").glob("*/Dockerfile")), ROOT / "agent_app" / "sandbox" / "Dockerfile"]
@@ -137,7 +140,14 @@ def test_the_example_image_runs_on_acr_and_holds_what_its_command_imports(docker
     # ARM64 (ACR runs arm64 images), port 8080, not root
     assert all("--platform=linux/arm64" in line for line in arguments["FROM"])
     assert arguments["EXPOSE"] == ["8080"] and any("PORT=8080" in line for line in arguments["ENV"])
-    assert arguments["USER"] and arguments["USER"][-1] not in ("root", "0")
+    assert arguments["USER"]
+    if arguments["USER"][-1] in ("root", "0"):
+        # root only to start model-written code as the sandbox user (D101): strict isolation, the user created
+        assert any(f"{ISOLATION_ENV}={Isolation.STRICT.value}" in line for line in arguments["ENV"])
+        (install,) = [line for line in arguments["RUN"] if "useradd" in line]
+        assert f"groupadd --system --gid {SANDBOX_GID} " in install
+        assert f"useradd --system --uid {SANDBOX_UID} --gid {SANDBOX_GID} " in install
+        assert "chmod -R go-rwx " in install  # the image's own files: none readable by that user
     # the command runs a file of the repository that the image copies (``python FILE`` or ``python -m MODULE``)
     command = json.loads(arguments["CMD"][-1])
     assert command[0] == "python"
@@ -196,3 +206,12 @@ def test_the_image_installs_from_its_build_context_and_its_command_imports(
     site = next(venv.glob("lib/python*/site-packages"))
     ours = {"rollout_contract", "agent_app", "trainer_client", "agentcore_rollouts_local", "examples", "local_stack"}
     assert {path.name for path in site.iterdir()} & ours == {"rollout_contract", "agent_app"}
+    # AND in an image that confines model-written code, the installed agent_app starts it as the sandbox user
+    if env.get(ISOLATION_ENV) == Isolation.STRICT.value and os.geteuid() == 0:
+        probe = (
+            "import subprocess; from agent_app.confinement import Confinement, clean_environment; "
+            "argv = Confinement(cpu_s=10).command(['id', '-u'], scratch='/tmp'); "
+            "print(subprocess.run(argv, env=clean_environment(), capture_output=True, text=True).stdout)"
+        )
+        done = subprocess.run([python, "-c", probe], cwd=app, env=env, capture_output=True, text=True, timeout=120)
+        assert done.stdout.strip() == str(SANDBOX_UID), done.stderr[-3000:]
