@@ -51,6 +51,8 @@ COMMAND_FIELD = "command"
 CWD_FIELD = "cwd"
 ENV_FIELD = "env"
 TIMEOUT_FIELD = "timeout"
+#: ``true`` grants the command the session's network (ours; without it a confined command has none).
+NETWORK_FIELD = "network"
 #: A command's execution deadline in seconds, output waiting included: the default and the bounds.
 DEFAULT_EXEC_TIMEOUT_S = 300
 MIN_EXEC_TIMEOUT_S = 1

@@ -14,9 +14,10 @@ def main(argv: list[str] | None = None) -> None:
     """Serve the sandbox until the process is stopped."""
     parser = argparse.ArgumentParser(prog="python -m agent_app.sandbox", description=main.__doc__)
     parser.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR), help="where command records live")
+    parser.add_argument("--workspace", default=os.getcwd(), help="where commands run unless they name a directory")
     args = parser.parse_args(argv)
     configure_logging()
-    SandboxApp(state_dir=args.state_dir).run(port=int(os.environ.get(PORT_ENV, DEFAULT_PORT)))
+    SandboxApp(state_dir=args.state_dir, workspace=args.workspace).run(port=int(os.environ.get(PORT_ENV, DEFAULT_PORT)))
 
 
 if __name__ == "__main__":

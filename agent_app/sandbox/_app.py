@@ -5,12 +5,15 @@ background, looked up by id, never started twice, recorded so a restarted proces
 what it lost, and ``/ping`` is ``HealthyBusy`` while one runs. This app adds the session actions (``start``
 holds the session busy, ``stop`` releases it, ``status`` reports it), ART's sandbox rules for ids (dots
 allowed), requests (checked before anything is recorded: 400) and failures (``{"code": "execution_failed",
-"message": ...}``), and runs each command as ART's daemon does (``agent_app.sandbox._command``).
+"message": ...}``), and runs each command as ART's daemon does (``agent_app.sandbox._command``), confined in the
+strict isolation (``agent_app.confinement``): as the sandbox user, in its workspace (given to that user), the
+command records hidden.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from agent_app.confinement import Confinement, ConfinementError, Isolation, isolation_mode
 from agent_app.runtime import AgentCoreRuntimeApp
 from agent_app.runtime._protocol import ENVELOPE_KEY, InvocationIdRule
 from agent_app.sandbox._command import Command, run
@@ -49,20 +53,38 @@ class SandboxApp(AgentCoreRuntimeApp):
 
     invocation_ids = InvocationIdRule(INVOCATION_ID_PATTERN, "letters, digits, '.', '_' or '-'")
 
-    def __init__(self, *, state_dir: str | Path | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        state_dir: str | Path | None = None,
+        workspace: str | Path | None = None,
+        isolation: Isolation | None = None,
+        **kwargs: Any,
+    ) -> None:
         """Create the app.
 
         Args:
             state_dir: where command records live (default: ``agentcore-sandbox`` in the OS temp directory).
+            workspace: the directory commands run in unless they name one; the strict isolation needs it and
+                gives it to the sandbox user (``python -m agent_app.sandbox`` passes its current directory).
+            isolation: how commands run (default: :func:`~agent_app.confinement.isolation_mode`).
             **kwargs: ``BedrockAgentCoreApp``'s arguments.
 
         Raises:
             OSError: ``state_dir`` is not writable.
+            ConfinementError: the strict isolation without a ``workspace``, or asked for by a process not root.
         """
-        super().__init__(state_dir=state_dir or DEFAULT_STATE_DIR, **kwargs)
+        state_dir = Path(state_dir or DEFAULT_STATE_DIR)
+        super().__init__(state_dir=state_dir, **kwargs)
         self._hold: int | None = None
         self._hold_timer: asyncio.TimerHandle | None = None
-        self.entrypoint(run_command)
+        confined = None
+        if (isolation or isolation_mode()) is Isolation.STRICT:
+            if workspace is None:
+                raise ConfinementError("the strict isolation confines commands to a workspace: give workspace=DIR")
+            confined = str(Path(workspace).resolve())
+            Confinement(cpu_s=1).own(confined)
+        self.entrypoint(functools.partial(run_command, workspace=confined, hidden=(str(state_dir.resolve()),)))
 
     async def _handle_invocation(self, request: Request) -> Response:
         try:
@@ -114,9 +136,9 @@ class SandboxApp(AgentCoreRuntimeApp):
         return {"code": EXECUTION_FAILED, "message": f"{type(exc).__name__}: {exc}"}
 
 
-def run_command(payload: dict[str, Any]) -> dict[str, Any]:
-    """The app's entrypoint: run one (already checked) command request; its result fields."""
-    return run(Command.parse(payload))
+def run_command(payload: dict[str, Any], *, workspace: str | None, hidden: tuple[str, ...]) -> dict[str, Any]:
+    """The app's entrypoint: run one (already checked) command request, confined to ``workspace`` if given."""
+    return run(Command.parse(payload), workspace=workspace, hidden=hidden)
 
 
 def _refused(message: str) -> Response:

@@ -1,6 +1,9 @@
 """One sandbox command: its request checked, then run as ART's daemon runs it.
 
-The command is an argv list, run without a shell, in ``cwd`` with ``env`` over the sandbox's own environment.
+The command is an argv list, run without a shell, in ``cwd`` with ``env`` over the sandbox's own environment;
+confined (:func:`run` given a ``workspace``), it runs as the sandbox user with ``env`` over a clean environment,
+without the network unless the request grants it (``network``), under CPU, process and file limits
+(``agent_app.confinement``), and sees of the filesystem its workspace and what is not hidden.
 Its deadline (``timeout``, 1-3600 s, default 300) covers the wait for its output too: a command that exits
 while a process it started still holds its output open is waited for until then. At the deadline the command's
 own process is killed (a process it started may live on, as under ART's daemon) and its output is no longer
@@ -16,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any
 
+from agent_app.confinement import Confinement, clean_environment
 from agent_app.runtime._protocol import InvalidInvocationError
 from rollout_contract.sandbox import (
     COMMAND_FIELD,
@@ -24,6 +28,7 @@ from rollout_contract.sandbox import (
     ENV_FIELD,
     MAX_EXEC_TIMEOUT_S,
     MIN_EXEC_TIMEOUT_S,
+    NETWORK_FIELD,
     OUTPUT_LIMIT_BYTES,
     TIMEOUT_FIELD,
 )
@@ -31,6 +36,10 @@ from rollout_contract.sandbox import (
 __all__ = ["Command", "run"]
 
 _READ_BYTES = 64 * 1024
+#: A confined command's processes (threads count), bytes per file and private ``/tmp`` in MiB.
+CONFINED_PROCESSES = 512
+CONFINED_FILE_MB = 1024
+CONFINED_TMP_MB = 512
 #: The exit code of a command ended by a signal (Go's ``ProcessState.ExitCode``, which ART's daemon reports).
 SIGNALLED = -1
 
@@ -43,6 +52,7 @@ class Command:
     cwd: str | None = None
     env: dict[str, str] | None = None
     timeout_s: int = DEFAULT_EXEC_TIMEOUT_S
+    network: bool = False
 
     @classmethod
     def parse(cls, payload: dict[str, Any]) -> Command:
@@ -75,7 +85,10 @@ class Command:
             raise InvalidInvocationError(
                 f"{TIMEOUT_FIELD} must be between {MIN_EXEC_TIMEOUT_S} and {MAX_EXEC_TIMEOUT_S} seconds, got {timeout}"
             )
-        return cls(tuple(argv), cwd, env, timeout)
+        network = payload.get(NETWORK_FIELD, False)
+        if not isinstance(network, bool):
+            raise InvalidInvocationError(f"{NETWORK_FIELD} must be true or false, got {network!r}")
+        return cls(tuple(argv), cwd, env, timeout, network)
 
 
 class _Capture:
@@ -95,18 +108,39 @@ class _Capture:
         return self.data.decode("utf-8", errors="replace")
 
 
-def run(command: Command, *, clock: Any = time.monotonic) -> dict[str, Any]:
+def run(
+    command: Command, *, workspace: str | None = None, hidden: tuple[str, ...] = (), clock: Any = time.monotonic
+) -> dict[str, Any]:
     """Run ``command`` to its end or its deadline; return ART's result fields.
+
+    With a ``workspace`` (the default ``cwd``) the command is confined, ``hidden`` directories empty to it.
 
     Raises:
         OSError: the command could not be started (no such executable or directory, not permitted).
         ValueError: an argument or variable holds a NUL byte.
+        ConfinementError: confinement cannot be had here.
     """
     deadline = clock() + command.timeout_s
+    argv, cwd = list(command.argv), command.cwd
     env = None if command.env is None else {**os.environ, **command.env}
+    if workspace is not None:
+        cwd = cwd or workspace
+        if not os.path.isdir(cwd):
+            raise FileNotFoundError(f"no such directory: {cwd}")
+        confinement = Confinement(
+            cpu_s=command.timeout_s,
+            memory_mb=None,  # the session's own limit (ACR's microVM, the emulator's per process) applies
+            processes=CONFINED_PROCESSES,
+            file_mb=CONFINED_FILE_MB,
+            tmp_mb=CONFINED_TMP_MB,
+            network=command.network,
+            workdir=cwd,
+            hidden=hidden,
+        )
+        argv, cwd, env = confinement.command(argv, scratch=cwd), None, clean_environment(command.env)
     process = subprocess.Popen(
-        command.argv,
-        cwd=command.cwd,
+        argv,
+        cwd=cwd,
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

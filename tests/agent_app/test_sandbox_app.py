@@ -6,6 +6,7 @@ wire answers (status codes, fields) that a client sees only as a 424 through ACR
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from agent_app.confinement import SANDBOX_UID, Isolation
 from agent_app.sandbox import SandboxApp
 from rollout_contract.protocol import SESSION_HEADER
 from rollout_contract.sandbox import OUTPUT_LIMIT_BYTES, RESULT_FIELD_TYPES, new_sandbox_session_id
@@ -25,8 +27,9 @@ SESSION = new_sandbox_session_id()
 class Sandbox:
     """One app on one event loop (background commands live on between requests)."""
 
-    def __init__(self, state_dir: Path) -> None:
-        self.http = TestClient(SandboxApp(state_dir=state_dir)).__enter__()
+    def __init__(self, state_dir: Path, **options: Any) -> None:
+        options = options or {"isolation": Isolation.UNCONFINED}  # the protocol's cases share files with commands
+        self.http = TestClient(SandboxApp(state_dir=state_dir, **options)).__enter__()
 
     def post(self, body: Any) -> tuple[int, Any]:
         response = self.http.post("/invocations", json=body, headers={SESSION_HEADER: SESSION})
@@ -169,6 +172,7 @@ def test_each_stream_keeps_its_first_256_kib_and_says_it_was_cut(sandbox: Sandbo
         ({"command": ["true"], "cwd": 7}, "cwd must be a string"),
         ({"command": ["true"], "env": {"A=B": "x"}}, "env must be an object of strings"),
         ({"command": ["true"], "env": {"A": 1}}, "env must be an object of strings"),
+        ({"command": ["true"], "network": "yes"}, "network must be true or false"),
     ],
 )
 def test_a_malformed_command_is_refused_with_400_and_nothing_recorded(sandbox: Sandbox, fields: dict, message: str):
@@ -257,3 +261,28 @@ def test_a_command_recorded_by_a_process_that_is_gone_is_interrupted(tmp_path: P
 
     # THEN it is interrupted, not in progress forever
     assert state["status"] == "interrupted"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the strict isolation needs root (D101)")
+def test_a_confined_command_runs_as_the_sandbox_user_in_the_workspace_without_the_records_or_the_network(
+    tmp_path: Path,
+):
+    # GIVEN the daemon in the strict isolation, with a workspace, and a variable in its own environment
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    os.environ["DAEMON_SECRET"] = "s3cr3t"
+    sandbox = Sandbox(tmp_path / "records", isolation=Isolation.STRICT, workspace=workspace)
+    try:
+        # WHEN commands look at who they are, where, what they see of the records, and the network
+        script = 'id -u; pwd; echo "$DAEMON_SECRET$GREETING"; ls %s | wc -l; wc -l < /proc/net/dev; touch made'
+        _, offline = sandbox.run("start", "c.1", command=sh(script % (tmp_path / "records")), env={"GREETING": "hi"})
+        _, online = sandbox.run("start", "c.2", command=sh("wc -l < /proc/net/dev"), network=True)
+    finally:
+        del os.environ["DAEMON_SECRET"]
+        sandbox.close()
+    # THEN each ran as the sandbox user in the workspace (its file kept there), with only the command's variables,
+    # the records hidden, only loopback without the network granted
+    lines = offline["result"]["stdout"].splitlines()
+    assert lines == [str(SANDBOX_UID), str(workspace), "hi", "0", "3"], offline
+    assert (workspace / "made").stat().st_uid == SANDBOX_UID
+    assert int(online["result"]["stdout"]) > 3

@@ -25,6 +25,7 @@ from agentcore_rl_toolkit.sandbox import SandboxClient as ArtSandboxClient  # no
 from agentcore_rl_toolkit.sandbox import client as art  # noqa: E402
 from e2e_support import serving  # noqa: E402
 
+from agent_app.confinement import ISOLATION_ENV, Isolation  # noqa: E402
 from local_stack.sandbox import sandbox_settings  # noqa: E402
 from local_stack.stack import LocalStack  # noqa: E402
 from rollout_contract.sandbox import OUTPUT_LIMIT_BYTES  # noqa: E402
@@ -39,8 +40,14 @@ ERRORS = {"art": art, "ours": ours}
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    # Unconfined, as ART's daemon runs commands: the cases share files with them through the test's tmp_path
+    # (the confined daemon is tested in tests/e2e/test_e2e_adversarial.py).
     settings = sandbox_settings(
-        run_dir=tmp_path_factory.mktemp("art-sandbox"), experiments=(EXP,), gateway=False, sweep_interval_s=1.0
+        run_dir=tmp_path_factory.mktemp("art-sandbox"),
+        experiments=(EXP,),
+        gateway=False,
+        sweep_interval_s=1.0,
+        agent_environment={ISOLATION_ENV: Isolation.UNCONFINED.value},
     )
     with serving(LocalStack(settings)) as running:
         yield running

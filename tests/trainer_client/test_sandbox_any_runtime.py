@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from agent_app.confinement import Isolation
 from agent_app.sandbox import SandboxApp
 from rollout_contract.protocol import SESSION_HEADER
 from trainer_client.sandbox import SandboxClient
@@ -27,7 +28,7 @@ class Runtime:
     """ACR's data plane for one sandbox image: invokes go to the app's ``/invocations``, stops are recorded."""
 
     def __init__(self, state_dir: Path) -> None:
-        self.http = TestClient(SandboxApp(state_dir=state_dir)).__enter__()
+        self.http = TestClient(SandboxApp(state_dir=state_dir, isolation=Isolation.UNCONFINED)).__enter__()
         self.stopped: list[str] = []
         self.targets: set[tuple[str, str]] = set()
 

@@ -56,6 +56,7 @@ from rollout_contract.sandbox import (
     MAX_EXEC_TIMEOUT_S,
     MAX_SANDBOX_TIMEOUT_S,
     MIN_EXEC_TIMEOUT_S,
+    NETWORK_FIELD,
     SANDBOX_SESSION_PREFIX,
     TIMEOUT_FIELD,
     TTL_FIELD,
@@ -321,8 +322,11 @@ class Sandbox:
         *,
         background: bool = False,
         invocation_id: str | None = None,
+        network: bool = False,
     ) -> ExecResult | ExecHandle:
         """Run ``command`` (argv, no shell) and wait for it, or with ``background=True`` return its handle.
+
+        ``network=True`` grants the command the session's network (a confined sandbox gives it none otherwise).
 
         ``timeout`` is the command's deadline in seconds (1-3600, default 300), cut to the time the sandbox has
         left; output waiting counts. A nonzero exit is a result; a command past its deadline raises
@@ -343,6 +347,8 @@ class Sandbox:
         body: dict[str, Any] = {COMMAND_FIELD: command, TIMEOUT_FIELD: self._exec_timeout(timeout)}
         if cwd is not None:
             body[CWD_FIELD] = cwd
+        if network:
+            body[NETWORK_FIELD] = True
         if env is not None:
             bad = [name for name in env if not isinstance(name, str) or not name or "=" in name]
             if bad:
