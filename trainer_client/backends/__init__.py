@@ -9,4 +9,5 @@ One module per framework, each imported only when used (they import the framewor
 - :mod:`trainer_client.backends.art`: a ``RolloutSession`` for agentcore-rl-toolkit 0.2.0's own loops.
 - :mod:`trainer_client.backends.verl`: a verl ``AgentLoopBase`` (``verl`` 0.9.1).
 - :mod:`trainer_client.backends.slime`: slime's per-sample ``generate`` and whole-rollout ``generate_rollout``.
+- :mod:`trainer_client.backends.tinker`: training with no cluster through the Tinker API (``tinker`` 0.38.0).
 """
