@@ -35,6 +35,7 @@ import sys
 import time
 from collections import Counter
 from concurrent.futures import wait
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +60,23 @@ def payload(index: int, crash_every: int, rng: random.Random) -> dict[str, Any]:
     return {"action": "succeed", "sleep_s": round(rng.uniform(0.05, 0.2), 3)}
 
 
+@dataclass(frozen=True)
+class Timeline:
+    """What happened to each rollout of a run: its result, when its future resolved, when its session was stopped."""
+
+    first_submit: float
+    results: dict[str, RolloutResult]
+    resolved: dict[str, float]
+    stopped: dict[str, float]
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Start a stack with the quota, submit the whole backlog at once, and measure how it drains."""
+    return run_timed(args)[0]
+
+
+def run_timed(args: argparse.Namespace) -> tuple[dict[str, Any], Timeline]:
+    """:func:`run`'s summary and the run's :class:`Timeline`."""
     quotas = quota_settings(invoke_tps=args.invoke_tps, max_sessions=args.max_sessions)
     quotas["runtime_options"] = {**quotas["runtime_options"], "preload": AGENT_PRELOAD}
     settings = StackSettings(
@@ -79,15 +95,40 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         os.environ.update(stack.env)
         poll = PollSettings(wait_time_s=2)
         with RolloutClient.for_experiment(EXP_ID, poll=poll, queue_timeout=args.max_wait_s) as client:
+            resolved: dict[str, float] = {}
             first_submit = time.time()
             futures = client.submit([(body, f"backlog-{i}") for i, body in enumerate(payloads)], timeout=args.timeout)
+            for future in futures:
+                future.add_done_callback(lambda f: resolved.setdefault(f.session_id, time.time()))
             done, _ = wait(futures, timeout=args.max_wait_s)
             last_result = time.time()
         counters = httpx.get(f"{stack.emulator_url}/_admin/stats", timeout=5).json()["counters"]
+        calls = httpx.get(f"{stack.emulator_url}/_admin/calls", timeout=5).json()["calls"]
     results = {f.session_id: f.result() for f in done if f.exception() is None}
     local_errors = Counter(type(f.exception()).__name__ for f in done if f.exception() is not None)
     summary = report(args, payloads, futures, results, counters, last_result - first_submit)
-    return {**summary, "local_errors": dict(local_errors)}
+    endpoints = next(iter(calls.values()), {})
+    summary["endpoint_calls"] = endpoint_use(endpoints, results)
+    stopped = {session: at for log in endpoints.values() for at, kind, session in log if kind == "stop"}
+    return {**summary, "local_errors": dict(local_errors)}, Timeline(first_submit, results, resolved, stopped)
+
+
+def endpoint_use(calls: dict[str, list[list[Any]]], results: dict[str, RolloutResult]) -> dict[str, dict[str, Any]]:
+    """Per endpoint, the invokes and stops the emulator accepted between the 10th and the 90th percentile rollout's
+    invoke (the steady part of the drain), and their rate: how full each endpoint's budget was kept."""
+    dispatched = sorted(r.timings.dispatched_at for r in results.values() if r.timings.dispatched_at is not None)
+    if len(dispatched) < 10:
+        return {}
+    start, end = dispatched[int(0.1 * len(dispatched))], dispatched[int(0.9 * len(dispatched))]
+    use: dict[str, dict[str, Any]] = {}
+    for qualifier, log in sorted(calls.items()):
+        kinds = Counter(kind for at, kind, _ in log if start <= at < end)
+        use[qualifier] = {
+            "invokes": kinds["invoke"],
+            "stops": kinds["stop"],
+            "calls_per_s": round((kinds["invoke"] + kinds["stop"]) / (end - start), 3) if end > start else None,
+        }
+    return use
 
 
 def report(

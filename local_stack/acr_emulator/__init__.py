@@ -71,7 +71,8 @@ without activity (an invoke in flight, a ``HealthyBusy`` ping or a moving ``time
 starts a fresh session. Not ready within ``startup_limit_s`` -> 424 ``RuntimeClientError``; an agent answering
 4xx/5xx -> 424 as well. Stopping an unknown session -> 404.
 
-Admin: ``GET /_admin/sessions``, ``GET /_admin/stats``, ``GET /_admin/invocations`` and
+Admin: ``GET /_admin/sessions``, ``GET /_admin/stats``, ``GET /_admin/invocations``, ``GET /_admin/calls``
+(every call that took a token, per endpoint: time, ``invoke`` or ``stop``, session id) and
 ``POST /_admin/sessions/{session_id}/kill`` (SIGKILL, returns once the session has ended).
 """
 

@@ -72,7 +72,7 @@ def create_app(config: EmulatorConfig) -> Starlette:
             body = await _read_body(request, config.max_payload_bytes)
             runtime = _runtime(config, request)
             session_id = _session_id(request)
-            manager.take_token(runtime, _qualifier(request))
+            manager.take_token(runtime, _qualifier(request), "invoke", session_id)
             manager.record_invoke(runtime)
             new_session = not manager.has_session(runtime, session_id)
             session = await manager.acquire(runtime, session_id)
@@ -88,7 +88,7 @@ def create_app(config: EmulatorConfig) -> Starlette:
         try:
             runtime = _runtime(config, request)
             session_id = _session_id(request)
-            manager.take_token(runtime, _qualifier(request))
+            manager.take_token(runtime, _qualifier(request), "stop", session_id)
             await manager.stop(runtime, session_id)
         except EmulatorError as e:
             return e.to_response()
@@ -112,6 +112,9 @@ def create_app(config: EmulatorConfig) -> Starlette:
 
     async def admin_invocations(_: Request) -> Response:
         return JSONResponse({"invocations": manager.invocations_view()})
+
+    async def admin_calls(_: Request) -> Response:
+        return JSONResponse({"calls": manager.calls_view()})
 
     async def admin_kill(request: Request) -> Response:
         session_id = request.path_params["session_id"]
@@ -138,6 +141,7 @@ def create_app(config: EmulatorConfig) -> Starlette:
             Route("/_admin/sessions", admin_sessions, methods=["GET"]),
             Route("/_admin/stats", admin_stats, methods=["GET"]),
             Route("/_admin/invocations", admin_invocations, methods=["GET"]),
+            Route("/_admin/calls", admin_calls, methods=["GET"]),
             Route("/_admin/sessions/{session_id}/kill", admin_kill, methods=["POST"]),
             Route("/_admin/throttle", admin_throttle, methods=["POST"]),
         ],

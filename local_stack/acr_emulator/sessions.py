@@ -131,6 +131,13 @@ class SessionManager:
         #: A throttle storm: until when, and the lowered shared bucket (see :meth:`throttle`).
         self._storm: tuple[float, TokenBucket] | None = None
         self._invocations = {r.arn: deque[float](maxlen=config.invocation_log_size) for r in config.runtimes}
+        #: Every call that took a token (time, "invoke" or "stop", session id), per endpoint: how full each bucket
+        #: was kept, and when each session was stopped.
+        self._calls = {
+            (r.arn, q): deque[tuple[float, str, str]](maxlen=config.invocation_log_size)
+            for r in config.runtimes
+            for q in r.qualifiers
+        }
         self._warm: dict[str, deque[AgentProcess]] = {r.arn: deque() for r in config.runtimes}
         self._warm_pending: Counter[str] = Counter()
         self._fork_servers = {r.arn: ForkServer(r) for r in config.runtimes if r.preload}
@@ -166,8 +173,9 @@ class SessionManager:
         for fork_server in self._fork_servers.values():
             fork_server.kill_now()
 
-    def take_token(self, runtime: RuntimeConfig, qualifier: str) -> None:
-        """Spend one of endpoint ``qualifier``'s data-plane tokens (invoke or stop); each endpoint has its own rate.
+    def take_token(self, runtime: RuntimeConfig, qualifier: str, call: str, session_id: str) -> None:
+        """Spend one of endpoint ``qualifier``'s data-plane tokens for ``call`` (``"invoke"`` or ``"stop"``) of
+        ``session_id``; each endpoint has its own rate.
 
         Raises:
             ThrottledError: the endpoint's rate is exhausted.
@@ -181,6 +189,7 @@ class SessionManager:
             raise ThrottledError(
                 f"Rate exceeded: {bucket.rate:g} requests per second for endpoint {qualifier} of {runtime.arn}"
             )
+        self._calls[(runtime.arn, qualifier)].append((time.time(), call, session_id))
 
     def throttle(self, invoke_tps: float, seconds: float) -> None:
         """Lower every runtime's invoke (and stop) rate to ``invoke_tps`` in total for ``seconds`` (a fault)."""
@@ -263,6 +272,14 @@ class SessionManager:
     def invocations_view(self) -> dict[str, list[float]]:
         """Accepted invoke times (unix seconds) per runtime ARN."""
         return {arn: list(log) for arn, log in self._invocations.items()}
+
+    def calls_view(self) -> dict[str, dict[str, list[tuple[float, str, str]]]]:
+        """Calls that took a token (unix seconds, ``"invoke"`` or ``"stop"``, session id) per runtime ARN and
+        endpoint."""
+        view: dict[str, dict[str, list[tuple[float, str, str]]]] = {}
+        for (arn, qualifier), log in self._calls.items():
+            view.setdefault(arn, {})[qualifier] = list(log)
+        return view
 
     def _new_session(self, runtime: RuntimeConfig, session_id: str) -> Session:
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()

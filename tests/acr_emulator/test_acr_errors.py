@@ -125,6 +125,9 @@ def test_burst_over_the_invoke_rate_is_throttled_and_the_rate_holds(client, emul
     logged = [t for t in admin(emulator.url, "invocations")["invocations"][arn("throttled")] if t >= since]
     assert len(logged) == accepted
     assert 2 <= accepted <= 2 + 2 * elapsed + 1
+    # AND the endpoint's call log holds exactly the accepted calls, each with its kind and session
+    calls = [c for c in admin(emulator.url, "calls")["calls"][arn("throttled")]["DEFAULT"] if c[0] >= since]
+    assert [c[1:] for c in calls] == [["invoke", session_id]] * accepted
 
 
 def test_new_session_beyond_the_active_session_quota_is_service_quota_exceeded(make_client):
