@@ -436,11 +436,12 @@ def _top(args: argparse.Namespace) -> int:
 
 
 def _dashboard(args: argparse.Namespace) -> int:
-    from trainer_client._dashboard import DashboardReader, server
+    from trainer_client._dashboard import DashboardReader, experiment_started_at, server
 
     descriptor = load_descriptor(args.experiment, region=args.region)
-    cloudwatch = ClientFactory(region=descriptor.region, endpoints=descriptor.endpoints).client("cloudwatch")
-    reader = DashboardReader(descriptor, cloudwatch, run=args.run)
+    factory = ClientFactory(region=descriptor.region, endpoints=descriptor.endpoints)
+    started_at = experiment_started_at(factory.client("sqs"), descriptor)
+    reader = DashboardReader(descriptor, factory.client("cloudwatch"), run=args.run, started_at=started_at)
     try:
         serving = server(reader, args.port)
     except OSError as exc:

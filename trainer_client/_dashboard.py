@@ -28,6 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from rollout_contract import monitoring as spec
 from rollout_contract.ids import join_exp_id
 from rollout_contract.metrics import RUN_DIMENSION, alarm_name_prefix
@@ -36,8 +38,9 @@ from rollout_contract.resources import ExperimentDescriptor, ExperimentResources
 
 if TYPE_CHECKING:
     from types_boto3_cloudwatch import CloudWatchClient
+    from types_boto3_sqs import SQSClient
 
-__all__ = ["DashboardReader", "evaluate", "monitored", "server"]
+__all__ = ["DashboardReader", "evaluate", "experiment_started_at", "monitored", "server"]
 
 #: Seconds of history each refresh reads.
 WINDOW_S = 3600
@@ -76,15 +79,22 @@ class _Query:
 
 class DashboardReader:
     """Reads every widget's series from CloudWatch, for one experiment (``run``: only that run's lines in
-    the per-run widgets)."""
+    the per-run widgets). ``started_at`` (unix seconds, :func:`experiment_started_at`) is passed on to the page,
+    which draws nothing before it: a point of a period that began before the stack is drawn at its start."""
 
     def __init__(
-        self, descriptor: ExperimentDescriptor, cloudwatch: CloudWatchClient, *, run: str | None = None
+        self,
+        descriptor: ExperimentDescriptor,
+        cloudwatch: CloudWatchClient,
+        *,
+        run: str | None = None,
+        started_at: float | None = None,
     ) -> None:
         self.descriptor = descriptor
         self.run = run
         self.title = join_exp_id(descriptor.exp_id, run)
         self.dashboard = spec.dashboard(monitored(descriptor))
+        self.started_at = started_at
         self._cloudwatch = cloudwatch
 
     def read(self, now: float | None = None) -> dict[str, Any]:
@@ -116,7 +126,8 @@ class DashboardReader:
                         "units": {"left": widget.left_unit, "right": widget.right_unit},
                     }
                 )
-        return {"title": self.title, "at": now * 1000, "window_s": WINDOW_S, "widgets": widgets}
+        started = None if self.started_at is None else self.started_at * 1000
+        return {"title": self.title, "at": now * 1000, "started_at": started, "window_s": WINDOW_S, "widgets": widgets}
 
     def points(self, series: spec.Metric | spec.Math, now: float) -> Points:
         """One metric's or one math expression's points over the last ``WINDOW_S`` (unix seconds -> value)."""
@@ -192,6 +203,20 @@ class DashboardReader:
             for alarm in page["MetricAlarms"]
         ]
         return {"alarms": sorted(alarms, key=lambda alarm: alarm["name"])}
+
+
+def experiment_started_at(sqs: SQSClient, descriptor: ExperimentDescriptor) -> float | None:
+    """When the experiment's stack was created: its dispatch queue's ``CreatedTimestamp`` (unix seconds).
+
+    ``None`` when the queue cannot be read (the page then starts at its first point, as before).
+    """
+    try:
+        attributes = sqs.get_queue_attributes(
+            QueueUrl=descriptor.dispatch_queue_url, AttributeNames=["CreatedTimestamp"]
+        )["Attributes"]
+        return float(attributes["CreatedTimestamp"])
+    except (ClientError, BotoCoreError, KeyError, ValueError):
+        return None
 
 
 def _key(dimensions: Mapping[str, str]) -> tuple[tuple[str, str], ...]:

@@ -6,6 +6,7 @@ import json
 import socket
 import struct
 import threading
+import time
 import urllib.request
 from datetime import UTC, datetime, timedelta
 
@@ -16,7 +17,7 @@ from rollout_contract import Status
 from rollout_contract import metrics as names
 from rollout_contract import monitoring as spec
 from trainer_client._cli import main
-from trainer_client._dashboard import DashboardReader, evaluate, monitored, server
+from trainer_client._dashboard import DashboardReader, evaluate, experiment_started_at, monitored, server
 
 
 def _publish(namespace: str, name: str, values: list[float], **dimensions: str) -> None:
@@ -143,3 +144,18 @@ def test_every_graph_says_the_unit_of_its_axes(descriptor) -> None:
     assert all(unit["left"] for unit in units.values())
     assert units["Runtime"] == {"left": "per minute", "right": "ms"}
     assert units["Lambda duration p90"]["left"] == "ms" and units["Rollout duration (s)"]["left"] == "seconds"
+
+
+def test_the_page_is_told_when_the_stack_started_from_its_dispatch_queue(descriptor) -> None:
+    # GIVEN an experiment whose queues were just created
+    before = time.time()
+    # WHEN the dashboard reads when the experiment started, and its data
+    started_at = experiment_started_at(aws("sqs"), descriptor)
+    data = DashboardReader(descriptor, aws("cloudwatch"), started_at=started_at).read()
+    # THEN the start is the dispatch queue's creation (to the second), and the page gets it in unix milliseconds
+    assert started_at is not None and before - 60 < started_at <= time.time()
+    assert data["started_at"] == started_at * 1000
+    # AND a queue that cannot be read gives no start (the page then starts at its first point)
+    gone = descriptor.model_copy(update={"dispatch_queue_url": descriptor.dispatch_queue_url + "-gone"})
+    assert experiment_started_at(aws("sqs"), gone) is None
+    assert DashboardReader(descriptor, aws("cloudwatch")).read()["started_at"] is None
