@@ -14,6 +14,8 @@ from aws_cdk import aws_sqs as sqs
 from infra.nag import acknowledge
 
 GET_METRIC_DATA = "cloudwatch:GetMetricData"
+#: Service Quotas' reads of the account's AgentCore quotas (``trainer_client.quotas``): they take no resource.
+READ_QUOTAS = ("servicequotas:ListAWSDefaultServiceQuotas", "servicequotas:ListServiceQuotas")
 
 
 def grant_doctor_reads(
@@ -25,7 +27,8 @@ def grant_doctor_reads(
     runtime_arn: str,
 ) -> None:
     """Let ``policy``'s holders run ``rollouts doctor``: queue attributes, the bucket's notification switch,
-    the result rule and its targets, the runtime's status and the functions' metrics."""
+    the result rule and its targets, the runtime's status, the functions' metrics and the account's AgentCore
+    quotas."""
     policy.add_statements(
         iam.PolicyStatement(
             sid="DoctorReadQueues",
@@ -44,9 +47,11 @@ def grant_doctor_reads(
             sid="DoctorReadRuntime", actions=["bedrock-agentcore:GetAgentRuntime"], resources=[runtime_arn]
         ),
         iam.PolicyStatement(sid="DoctorReadFunctionMetrics", actions=[GET_METRIC_DATA], resources=["*"]),
+        iam.PolicyStatement(sid="DoctorReadQuotas", actions=list(READ_QUOTAS), resources=["*"]),
     )
     acknowledge(
         policy,
         "AwsSolutions-IAM5[Resource::*]",
-        f"{GET_METRIC_DATA} takes no resource (the doctor reads this experiment's functions' AWS/Lambda metrics).",
+        f"{GET_METRIC_DATA} and {', '.join(READ_QUOTAS)} take no resource (the doctor reads this experiment's "
+        "functions' AWS/Lambda metrics and the account's AgentCore quotas).",
     )

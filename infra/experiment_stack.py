@@ -131,7 +131,7 @@ class ExperimentStack(Stack):
             sessions_spec=names.sessions_table,
         )
         if settings.kind is ExperimentKind.SANDBOX:
-            self.trainer.grant_sandboxes(runtime=runtime, budget_table=self.budget_table)
+            self.trainer.grant_sandboxes(runtime=runtime, budget_table=self.budget_table, endpoints=settings.endpoints)
         grant_doctor_reads(
             self.trainer.policy,
             queues=[self.finisher_inbox.queue, self.finisher_inbox.dead_letter_queue],

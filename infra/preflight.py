@@ -20,14 +20,13 @@ from botocore.exceptions import BotoCoreError, ClientError
 from infra.functions import powertools_layer_parameter, powertools_version
 from infra.regions import RUNTIME_REGIONS, RUNTIME_RESOURCE_TYPE, supports_runtime
 from rollout_contract.aws import ClientFactory, Clients, Service, error_code
-from rollout_contract.protocol import DEFAULT_ACTIVE_SESSION_QUOTA, DEFAULT_INVOKE_TPS, MAX_RUNTIME_ENDPOINTS
+from rollout_contract.protocol import DEFAULT_ACTIVE_SESSION_QUOTA, DEFAULT_INVOKE_TPS
 from rollout_contract.resources import AGENT_REPOSITORY_NAME, SHARED_STACK_NAME, results_bucket_name
 from trainer_client.doctor import CheckResult
+from trainer_client.quotas import Quotas, agentcore_quotas, endpoints_buy, shortfalls
 
 if TYPE_CHECKING:
     from types_boto3_ecr import ECRClient
-    from types_boto3_service_quotas import ServiceQuotasClient
-    from types_boto3_service_quotas.type_defs import ServiceQuotaTypeDef
 
 __all__ = ["CHECKS", "Target", "run_preflight"]
 
@@ -36,7 +35,6 @@ BOOTSTRAP_STACK = "CDKToolkit"
 BOOTSTRAP_VERSION_PARAMETER = "/cdk-bootstrap/hnb659fds/version"
 #: The bootstrap version synthesized templates require (their ``CheckBootstrapVersion`` rule).
 MIN_BOOTSTRAP_VERSION = 6
-QUOTAS_SERVICE = "bedrock-agentcore"
 ARM64 = "arm64"
 _INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
 _MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json", "application/vnd.docker.distribution.manifest.v2+json")
@@ -219,14 +217,8 @@ def _architectures(ecr: ECRClient, manifest: dict[str, Any]) -> set[str] | None:
 
 def check_quotas(target: Target) -> CheckResult:
     """The account's AgentCore quotas cover the experiment's session budget and invoke rate (Service Quotas)."""
-    wanted = {"active session": target.session_budget, "invokeagentruntime": target.tps_limit}
-    quotas = _listed_quotas(target)
-    found = {words: quota for words in wanted for quota in quotas if words in quota["QuotaName"].lower()}
-    short = [
-        f"{found[words]['QuotaName']} is {found[words]['Value']:g}, the budget {budget:g}"
-        for words, budget in wanted.items()
-        if words in found and found[words]["Value"] < budget
-    ]
+    quotas = Quotas.find(agentcore_quotas(target.clients["service-quotas"]))
+    short = shortfalls(quotas, session_budget=target.session_budget, tps_limit=target.tps_limit)
     if short:
         return CheckResult(
             "quotas",
@@ -234,7 +226,7 @@ def check_quotas(target: Target) -> CheckResult:
             "; ".join(short),
             "lower -c session_budget / -c tps_limit, or request an increase in the Service Quotas console",
         )
-    if len(found) < len(wanted):
+    if quotas.sessions is None or quotas.invoke_tps is None:
         return CheckResult(
             "quotas",
             True,
@@ -242,51 +234,19 @@ def check_quotas(target: Target) -> CheckResult:
             f"compare session_budget {target.session_budget} and tps_limit {target.tps_limit:g} with the quotas page",
             warn=True,
         )
-    listed = ", ".join(f"{quota['QuotaName']} {quota['Value']:g}" for quota in found.values())
+    listed = ", ".join(f"{quota['QuotaName']} {quota['Value']:g}" for quota in (quotas.sessions, quotas.invoke_tps))
     return CheckResult("quotas", True, f"{listed} cover the budgets")
 
 
 def check_endpoints(target: Target) -> CheckResult:
     """What ``-c endpoints=K`` buys: each runtime endpoint has its own InvokeAgentRuntime quota (Service Quotas)."""
-    quotas = _listed_quotas(target)
-    invoke = next((q for q in quotas if "invokeagentruntime" in q["QuotaName"].lower()), None)
-    limit = next((q for q in quotas if "endpoints per" in q["QuotaName"].lower()), None)
-    rate = invoke["Value"] if invoke else float(DEFAULT_INVOKE_TPS)
-    most = min(int(limit["Value"]), MAX_RUNTIME_ENDPOINTS) if limit else MAX_RUNTIME_ENDPOINTS
-    source = (
-        invoke["QuotaName"] if invoke else f"ACR's published default (Service Quotas lists none in {target.region})"
+    quotas = Quotas.find(agentcore_quotas(target.clients["service-quotas"]))
+    ok, detail, check = endpoints_buy(
+        quotas, endpoints=target.endpoints, session_budget=target.session_budget, where=f"not listed in {target.region}"
     )
-    buys = (
-        f"{source}: {rate:g}/s per endpoint; every rollout spends an invoke and a stop, so -c endpoints="
-        f"{target.endpoints} dispatches up to {target.endpoints * rate / 2:g} rollouts/s, each endpoint adding "
-        f"{rate / 2:g}/s, {most} endpoints {most * rate / 2:g}/s (while the session budget does not bind)"
-    )
-    if target.endpoints > most:
-        return CheckResult(
-            "endpoints", False, f"-c endpoints={target.endpoints} exceeds {most}; {buys}", f"give 1-{most}"
-        )
-    if invoke is None:
-        return CheckResult("endpoints", True, buys, "check the invoke quota on the Service Quotas page", warn=True)
-    return CheckResult("endpoints", True, buys)
-
-
-def _listed_quotas(target: Target) -> list[ServiceQuotaTypeDef]:
-    """:func:`_quotas`, or none when Service Quotas does not know AgentCore in the region."""
-    try:
-        return _quotas(target.clients["service-quotas"])
-    except ClientError as exc:
-        if error_code(exc) != "NoSuchResourceException":
-            raise
-        return []
-
-
-def _quotas(client: ServiceQuotasClient) -> list[ServiceQuotaTypeDef]:
-    """The account's AgentCore quotas: AWS's defaults, overridden by the values applied to the account."""
-    defaults = client.get_paginator("list_aws_default_service_quotas").paginate(ServiceCode=QUOTAS_SERVICE)
-    quotas = {quota["QuotaCode"]: quota for page in defaults for quota in page["Quotas"]}
-    applied = client.get_paginator("list_service_quotas").paginate(ServiceCode=QUOTAS_SERVICE)
-    quotas.update((quota["QuotaCode"], quota) for page in applied for quota in page["Quotas"])
-    return list(quotas.values())
+    if not ok:
+        return CheckResult("endpoints", False, detail, check)
+    return CheckResult("endpoints", True, detail, check, warn=bool(check))
 
 
 #: Every check, in the order a deploy meets them.

@@ -21,7 +21,7 @@ from infra.workers import PAYLOAD_KEYS, RESULT_KEYS, RUNTIME_ENDPOINTS, STOP_SES
 from rollout_contract.budgets import SESSION_BUDGET_ID, tps_budget_id
 from rollout_contract.keys import experiment_prefix, payload_ref_prefix
 from rollout_contract.metrics import alarm_name_prefix
-from rollout_contract.protocol import DEFAULT_QUALIFIER
+from rollout_contract.protocol import DEFAULT_QUALIFIER, endpoint_qualifiers
 from rollout_contract.resources import BUDGET_TABLE, SESSIONS_PARTITION_KEY, TTL_ATTRIBUTE, TableSpec
 from rollout_contract.sandbox import SANDBOX_SESSION_PREFIX
 from rollout_contract.sessions import ATTR_ALIVE_UNTIL, ATTR_TRAINER
@@ -165,12 +165,16 @@ class TrainerAccess(Construct):
         alarms = nag_arn(self, "cloudwatch", f"alarm:{alarm_name_prefix(exp_id)}*")
         acknowledge(self.policy, f"AwsSolutions-IAM5[Resource::{alarms}]", "Reads the experiment's alarm states.")
 
-    def grant_sandboxes(self, *, runtime: agentcore.IBedrockAgentRuntime, budget_table: dynamodb.ITable) -> None:
-        """Let the trainer run sandboxes (D71): start, invoke and stop the runtime's sessions, record sandbox sessions
-        (ids starting with ``sandbox-``) in the sessions table, and take session slots and invoke tokens from the
-        shared budget table's two items this experiment uses, as the functions do."""
+    def grant_sandboxes(
+        self, *, runtime: agentcore.IBedrockAgentRuntime, budget_table: dynamodb.ITable, endpoints: int
+    ) -> None:
+        """Let the trainer run sandboxes (D71): start, invoke and stop the runtime's sessions on its ``endpoints``
+        endpoints, record sandbox sessions (ids starting with ``sandbox-``) in the sessions table, and take session
+        slots and invoke tokens from the shared budget table's items this experiment uses (the session budget and
+        each endpoint's invoke budget, D98), as the functions do."""
         arn = runtime.agent_runtime_arn
-        budget_items = [SESSION_BUDGET_ID, tps_budget_id(arn, DEFAULT_QUALIFIER)]
+        qualifiers = endpoint_qualifiers(DEFAULT_QUALIFIER, endpoints)
+        budget_items = [SESSION_BUDGET_ID, *(tps_budget_id(arn, qualifier) for qualifier in qualifiers)]
         self.policy.add_statements(
             iam.PolicyStatement(
                 sid="RunSandboxes", actions=[INVOKE_RUNTIME, STOP_SESSION], resources=[arn, f"{arn}/*"]

@@ -10,7 +10,6 @@ call instead.
 from __future__ import annotations
 
 import functools
-import math
 import os
 import time
 from collections.abc import Callable
@@ -22,11 +21,9 @@ import botocore
 
 from lambdas.observability import bind_experiment, logger
 from lambdas.store import ResultStore
-from rollout_budgets.acr import Acr
-from rollout_budgets.errors import NoTokenError
+from rollout_budgets.acr import Acr, endpoint_acrs, reserve_soonest
 from rollout_budgets.ledger import Ledger
 from rollout_budgets.slot_wait import SlotWaiter
-from rollout_budgets.tps import TpsBudget
 from rollout_contract.aws import ClientFactory
 from rollout_contract.resources import HANDLER_ENV_PREFIX, ExperimentResources, HandlerSettings
 
@@ -90,23 +87,16 @@ class Runtime:
     ) -> Runtime:
         """Wire the pieces for ``settings`` (default clients unless ``clients`` is given)."""
         clients = clients or AwsClients.build()
-        acrs = tuple(
-            Acr(
-                clients.agentcore,
-                tps=TpsBudget(
-                    clients.dynamodb,
-                    table=settings.budget_table,
-                    runtime_arn=settings.runtime_arn,
-                    qualifier=qualifier,
-                    limit=settings.tps_limit,
-                    clock=clock,
-                    sleep=sleep,
-                ),
-                runtime_arn=settings.runtime_arn,
-                qualifier=qualifier,
-                max_wait_s=max_token_wait_s,
-            )
-            for qualifier in settings.qualifiers
+        acrs = endpoint_acrs(
+            clients.agentcore,
+            clients.dynamodb,
+            budget_table=settings.budget_table,
+            runtime_arn=settings.runtime_arn,
+            qualifiers=settings.qualifiers,
+            tps_limit=settings.tps_limit,
+            max_wait_s=max_token_wait_s,
+            clock=clock,
+            sleep=sleep,
         )
         ledger = Ledger(
             clients.dynamodb,
@@ -133,30 +123,12 @@ class Runtime:
         return self.acrs[0]
 
     def reserve_invoke(self) -> tuple[Acr, float]:
-        """An invoke slot on the endpoint that has one soonest; returns the endpoint and the slot's start.
-
-        With several endpoints, each try takes them in turn without waiting, the one whose next slot this process saw
-        soonest first (a slot it holds comes first); while none has a slot within the invoke horizon, the caller
-        sleeps until the first one seen comes within it and tries them all again, up to the invoke wait
-        (:meth:`Acr.reserve_invoke` waits on one endpoint: a slot that another caller takes there would keep this
-        one waiting while the others' slots pass unused, and the slots this process holds on them expire).
+        """An invoke slot on the endpoint that has one soonest (:func:`rollout_budgets.acr.reserve_soonest`).
 
         Raises:
             NoTokenError: no slot came within reach in the invoke wait.
         """
-        if len(self.acrs) == 1:
-            return self.acrs[0], self.acrs[0].reserve_invoke()
-        give_up_at = self.clock() + max(acr.invoke_wait_s for acr in self.acrs)
-        while True:
-            soonest = math.inf
-            for acr in sorted(self.acrs, key=lambda acr: acr.tps.next_free_seen):
-                try:
-                    return acr, acr.tps.reserve(horizon_s=acr.invoke_horizon_s)
-                except NoTokenError as exc:
-                    soonest = min(soonest, exc.retry_after_s)
-            if self.clock() + soonest > give_up_at:
-                raise NoTokenError(retry_after_s=soonest)
-            self.sleep(soonest)
+        return reserve_soonest(self.acrs, clock=self.clock, sleep=self.sleep)
 
     def endpoint(self, qualifier: str | None) -> Acr:
         """The endpoint ``qualifier`` (a session's recorded one); the first when ``None`` or not one of them."""

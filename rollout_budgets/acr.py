@@ -20,20 +20,22 @@ transport failures) or :class:`~rollout_budgets.errors.FinalAcrError`. The clien
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable, Sequence
 from contextlib import closing
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from rollout_budgets.errors import AcrCallError, FinalAcrError, RetryableAcrError
+from rollout_budgets.errors import AcrCallError, FinalAcrError, NoTokenError, RetryableAcrError
+from rollout_budgets.tps import TpsBudget
 from rollout_contract.aws import error_code, error_message, http_status
 from rollout_contract.protocol import RESOURCE_NOT_FOUND, RETRYABLE_ERROR_CODES
 
 if TYPE_CHECKING:
     from types_boto3_bedrock_agentcore import BedrockAgentCoreClient
-
-    from rollout_budgets.tps import TpsBudget
+    from types_boto3_dynamodb import DynamoDBClient
 
 _CONTENT_TYPE = "application/json"
 _SERVICE_ID = "bedrock-agentcore"
@@ -157,6 +159,68 @@ class Acr:
         finally:
             _pending_slot.reset(token)
         return True
+
+
+def endpoint_acrs(
+    agentcore: BedrockAgentCoreClient,
+    dynamodb: DynamoDBClient,
+    *,
+    budget_table: str,
+    runtime_arn: str,
+    qualifiers: Sequence[str],
+    tps_limit: float,
+    max_wait_s: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> tuple[Acr, ...]:
+    """One :class:`Acr` per endpoint of a runtime (``qualifiers``), each with its own invoke budget."""
+    return tuple(
+        Acr(
+            agentcore,
+            tps=TpsBudget(
+                dynamodb,
+                table=budget_table,
+                runtime_arn=runtime_arn,
+                qualifier=qualifier,
+                limit=tps_limit,
+                clock=clock,
+                sleep=sleep,
+            ),
+            runtime_arn=runtime_arn,
+            qualifier=qualifier,
+            max_wait_s=max_wait_s,
+        )
+        for qualifier in qualifiers
+    )
+
+
+def reserve_soonest(
+    acrs: Sequence[Acr], *, clock: Callable[[], float], sleep: Callable[[float], None]
+) -> tuple[Acr, float]:
+    """An invoke slot on whichever of a runtime's endpoints has one soonest; returns the endpoint and the slot's start.
+
+    With several endpoints, each try takes them in turn without waiting, the one whose next slot this process saw
+    soonest first (a slot it holds comes first); while none has a slot within the invoke horizon, the caller sleeps
+    until the first one seen comes within it and tries them all again, up to the invoke wait (waiting on one
+    endpoint, a slot another caller took there kept the caller waiting while the others' slots passed unused, and
+    the slots its process held on them expired: D98). One endpoint waits as :meth:`Acr.reserve_invoke` does.
+
+    Raises:
+        NoTokenError: no slot came within reach in the invoke wait.
+    """
+    if len(acrs) == 1:
+        return acrs[0], acrs[0].reserve_invoke()
+    give_up_at = clock() + max(acr.invoke_wait_s for acr in acrs)
+    while True:
+        soonest = math.inf
+        for acr in sorted(acrs, key=lambda acr: acr.tps.next_free_seen):
+            try:
+                return acr, acr.tps.reserve(horizon_s=acr.invoke_horizon_s)
+            except NoTokenError as exc:
+                soonest = min(soonest, exc.retry_after_s)
+        if clock() + soonest > give_up_at:
+            raise NoTokenError(retry_after_s=soonest)
+        sleep(soonest)
 
 
 def classify(exc: ClientError | BotoCoreError) -> AcrCallError:

@@ -277,6 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     preflight.add_argument(
         "--tps-limit", type=_positive_float, help="the -c tps_limit to deploy (default: the stack's)"
     )
+    preflight.add_argument(
+        "--endpoints", type=_positive_int, help="the -c endpoints=K to deploy: what K buys under the invoke quota (1)"
+    )
     preflight.set_defaults(func=_preflight)
 
     _mount_commands(commands)
@@ -505,7 +508,7 @@ def _preflight(args: argparse.Namespace) -> int:
     region = args.region or new_session().region_name
     if not region:
         raise UsageError("no AWS region: pass --region or set AWS_REGION (the region `npx cdk deploy` will use)")
-    budgets = {"session_budget": args.session_budget, "tps_limit": args.tps_limit}
+    budgets = {"session_budget": args.session_budget, "tps_limit": args.tps_limit, "endpoints": args.endpoints}
     options = {name: value for name, value in budgets.items() if value is not None}
     return 0 if run_preflight(region, image_tag=args.image_tag, out=sys.stdout, **options) else 1
 

@@ -39,6 +39,7 @@ from trainer_client._config import PollSettings, RolloutOptions
 from trainer_client._exceptions import AwsError, ExperimentNotFoundError, SubmitError
 from trainer_client._stored import is_stored
 from trainer_client._tinker import probe_tinker
+from trainer_client.quotas import Quotas, agentcore_quotas, endpoints_buy, shortfalls
 
 if TYPE_CHECKING:
     from types_boto3_cloudwatch import CloudWatchClient
@@ -103,7 +104,15 @@ class Experiment:
     def connect(cls, descriptor: ExperimentDescriptor) -> Experiment:
         """Build clients for the descriptor's region and endpoints (the local stack's, or AWS's)."""
         factory = ClientFactory(region=descriptor.region, endpoints=descriptor.endpoints, read_timeout_s=30)
-        services: tuple[Service, ...] = ("sqs", "s3", "events", "bedrock-agentcore-control", "cloudwatch", "dynamodb")
+        services: tuple[Service, ...] = (
+            "sqs",
+            "s3",
+            "events",
+            "bedrock-agentcore-control",
+            "cloudwatch",
+            "dynamodb",
+            "service-quotas",
+        )
         return cls(descriptor, factory.clients(*services))
 
     @property
@@ -315,6 +324,33 @@ def check_runtime(exp: Experiment) -> CheckResult:
     return CheckResult("runtime", True, f"{arn} is {status} (version {runtime.get('agentRuntimeVersion')})")
 
 
+def check_quotas(exp: Experiment) -> CheckResult:
+    """The account's AgentCore quotas (Service Quotas) hold the experiment's budgets; what its K endpoints buy.
+
+    The local stack has no Service Quotas (its emulator enforces the descriptor's budgets), and the trainer role
+    is not granted Service Quotas' reads: then the quotas are unknown and ACR's published defaults stand in.
+    """
+    descriptor = exp.descriptor
+    listed = not exp.is_local or "service-quotas" in descriptor.endpoints
+    quotas, where = Quotas(), "the local stack has no Service Quotas"
+    if listed:
+        where = f"not listed in {descriptor.region}"
+        try:
+            quotas = Quotas.find(agentcore_quotas(exp.clients["service-quotas"]))
+        except BotoClientError as exc:
+            if "AccessDenied" not in error_code(exc):
+                raise
+            where = "these credentials may not read Service Quotas (servicequotas:List*)"
+    short = shortfalls(quotas, session_budget=descriptor.session_budget, tps_limit=descriptor.tps_limit)
+    ok, detail, check = endpoints_buy(
+        quotas, endpoints=descriptor.runtime_endpoints, session_budget=descriptor.session_budget, where=where
+    )
+    if short:
+        fix = "request an increase in the Service Quotas console, or lower the budgets and " + exp.redeploy
+        return CheckResult("quotas", False, "; ".join(short), fix)
+    return CheckResult("quotas", ok, detail, check, warn=ok and bool(check) and listed)
+
+
 # The functions' recent errors and throttles, and the dead-letter queues.
 
 
@@ -416,6 +452,7 @@ CHECKS: tuple[Check, ...] = (
     check_result_rule,
     check_rule_targets,
     check_runtime,
+    check_quotas,
     *(function_check(role) for role in FUNCTION_ROLES),
     *(dead_letter_check(role) for role in QUEUE_LABELS),
 )

@@ -89,6 +89,7 @@ def test_a_healthy_stack_passes_every_check_and_traces_a_canary_hop_by_hop(stack
     assert "is READY" in _line(lines, "runtime")
     assert "sends object events to EventBridge" in _line(lines, "bucket events")
     assert ": 0 errors, 0 throttles, " in _line(lines, "function dispatcher")
+    assert "quota unknown (the local stack has no Service Quotas)" in _line(lines, "quotas")
 
 
 def test_a_disabled_rule_fails_the_result_rule_line(stack: LocalStack, capsys: pytest.CaptureFixture[str]) -> None:

@@ -509,6 +509,8 @@ def test_trainer_role_grants_exactly_what_a_trainer_needs(synth: Synthesized) ->
         ("events:ListTargetsByRule", rule),
         ("bedrock-agentcore:GetAgentRuntime", "<AgentRuntime23CE8C05.AgentRuntimeArn>"),
         ("cloudwatch:GetMetricData", "*"),
+        ("servicequotas:ListAWSDefaultServiceQuotas", "*"),  # the doctor's quotas line (trainer_client.quotas)
+        ("servicequotas:ListServiceQuotas", "*"),
         ("dynamodb:GetItem", f"arn:<AWS::Partition>:dynamodb:<AWS::Region>:<AWS::AccountId>:table/{BUDGET_TABLE.name}"),
         (
             "cloudwatch:DescribeAlarms",

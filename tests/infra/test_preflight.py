@@ -153,21 +153,40 @@ def test_quotas_below_the_budgets_fail_and_unlisted_quotas_warn() -> None:
 
 
 def test_endpoints_say_what_k_buys_from_the_per_endpoint_invoke_quota() -> None:
-    # GIVEN an account whose invoke quota is 40/s per endpoint (AWS's answer stubbed), deploying 4 endpoints
+    # GIVEN an account whose invoke quota is 40/s per endpoint and 2,000 sessions (AWS's answer stubbed), 4 endpoints
     target = Target(
-        region=REGION, account=ACCOUNT, endpoints=4, clients={"service-quotas": boto3.client("service-quotas")}
+        region=REGION,
+        account=ACCOUNT,
+        endpoints=4,
+        session_budget=1800,
+        clients={"service-quotas": boto3.client("service-quotas")},
     )
     with Stubber(target.clients["service-quotas"]) as quotas:
         invokes = {"QuotaName": "InvokeAgentRuntime requests per second", "QuotaCode": "L-2", "Value": 40.0}
-        quotas.add_response("list_aws_default_service_quotas", {"Quotas": [invokes]})
+        sessions = {"QuotaName": "Active session workloads per account", "QuotaCode": "L-1", "Value": 2000.0}
+        quotas.add_response("list_aws_default_service_quotas", {"Quotas": [invokes, sessions]})
         quotas.add_response("list_service_quotas", {"Quotas": []})
         result = check_endpoints(target)
     # THEN it passes and says the rollouts/s the 4 buy (an invoke and a stop each), and the most 10 buy
     assert result.ok and not result.warn
-    assert "40/s per endpoint" in result.detail and "-c endpoints=4 dispatches up to 80 rollouts/s" in result.detail
+    assert "40/s per endpoint" in result.detail and "endpoints=4 dispatches up to 80 rollouts/s" in result.detail
     assert "10 endpoints 200/s" in result.detail
+    # AND from how long a rollout on: the session budget binds first (1,800 sessions / 80 rollouts/s = 22.5 s)
+    assert "Active session workloads per account 2000) binds first for rollouts longer than 22 s" in result.detail
     # AND more endpoints than a runtime may have fail, naming the range
     assert not check_endpoints(Target(region=REGION, account=ACCOUNT, endpoints=11, clients=target.clients)).ok
+
+
+def test_preflight_endpoints_flag_says_what_k_buys_at_the_default_when_the_quota_is_unknown(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # GIVEN moto's Service Quotas, which lists no AgentCore quota: WHEN preflight is asked about 10 endpoints
+    rollouts(["preflight", "--region", REGION, "--endpoints", "10", "--session-budget", "900"])
+    line = next(line for line in capsys.readouterr().out.splitlines() if line[6:32].strip() == "endpoints")
+    # THEN it warns that the quota is unknown and still says what 10 endpoints buy at ACR's published 25/s
+    assert line.startswith("WARN") and "quota unknown (not listed in us-east-1)" in line
+    assert "endpoints=10 dispatches up to 125 rollouts/s" in line and "longer than 7 s" in line
+    assert line.endswith("-> check the invoke and active session quota on the Service Quotas page")
 
 
 def test_the_cli_prints_one_line_per_check_and_exits_1_on_a_failure(capsys: pytest.CaptureFixture[str]) -> None:

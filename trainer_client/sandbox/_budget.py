@@ -5,14 +5,17 @@ queue; the trainer takes what a dispatcher would, with the same code on the same
 ``rollout_budgets.ledger.Ledger`` (one transaction that records the sandbox in the sessions table and counts it in
 the account-wide session budget; its deadline is then the sweeper's business), each call's token with
 ``rollout_budgets.tps.TpsBudget`` through ``rollout_budgets.acr.Acr`` (invokes reserve at most 1 s ahead, so the
-functions' stops keep precedence). The trainer role's grants for this are scoped to sandbox keys and those two
-budget items (``infra/trainer_access.py``).
+functions' stops keep precedence). With several runtime endpoints (``-c endpoints=K``) a sandbox's first call goes
+to the endpoint whose slot is soonest and every later call, its stop included, to that one, as the dispatcher does a
+rollout's. The trainer role's grants for this are scoped to sandbox keys and the budget items the functions use
+(``infra/trainer_access.py``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from contextlib import closing
@@ -21,13 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from rollout_budgets.acr import Acr, classify
+from rollout_budgets.acr import Acr, classify, endpoint_acrs, reserve_soonest
 from rollout_budgets.errors import AcrCallError, NoTokenError, RetryableAcrError
 from rollout_budgets.ledger import Admission, Ledger, Transition
 from rollout_budgets.slot_wait import SlotWaiter
-from rollout_budgets.tps import TpsBudget
 from rollout_contract.keys import ResultKey
-from rollout_contract.protocol import RETRYABLE_ERROR_CODES
+from rollout_contract.protocol import RETRYABLE_ERROR_CODES, endpoint_qualifiers
 from rollout_contract.results import Status
 from rollout_contract.retry import RetryPolicy
 from trainer_client.sandbox._types import SandboxCapacityError, SandboxError, SandboxProtocolError
@@ -101,22 +103,21 @@ class SandboxBudget:
             session_budget=descriptor.session_budget,
             sleep=sleep,
         )
-        tps = TpsBudget(
+        #: One per endpoint of the runtime (``-c endpoints=K``), each with its own invoke budget, as the functions'.
+        self.acrs = endpoint_acrs(
+            agentcore,
             dynamodb,
-            table=descriptor.budget_table,
+            budget_table=descriptor.budget_table,
             runtime_arn=descriptor.runtime_arn,
-            qualifier=descriptor.runtime_qualifier,
-            limit=descriptor.tps_limit,
+            qualifiers=endpoint_qualifiers(descriptor.runtime_qualifier, descriptor.runtime_endpoints),
+            tps_limit=descriptor.tps_limit,
+            max_wait_s=STOP_TOKEN_WAIT_S,
             clock=clock,
             sleep=sleep,
         )
-        self.acr = Acr(
-            agentcore,
-            tps=tps,
-            runtime_arn=descriptor.runtime_arn,
-            qualifier=descriptor.runtime_qualifier,
-            max_wait_s=STOP_TOKEN_WAIT_S,
-        )
+        #: Each sandbox's endpoint: its first call goes where a slot is soonest, every later call there.
+        self._endpoints: dict[str, Acr] = {}
+        self._endpoints_lock = threading.Lock()
         self.slots = SlotWaiter(self.ledger.free_slots, clock=clock, sleep=sleep)
 
     def admit(self, start: SandboxStart, *, until: float) -> None:
@@ -155,7 +156,7 @@ class SandboxBudget:
             owner=self.trainer_id,
             dispatched_at=started_at,
             deadline_at=deadline_at,
-            endpoint=self.acr.qualifier,
+            endpoint=self.endpoint(session_id).qualifier,
         )
 
     def call(self, session_id: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -190,7 +191,7 @@ class SandboxBudget:
     def terminate(self, start_key: ResultKey) -> None:
         """Stop the sandbox's session and free its slot; when the stop fails, the next sweep stops it (never raises)."""
         try:
-            self.acr.stop(start_key.session_id)
+            self._forget(start_key.session_id).stop(start_key.session_id)
         except (AcrCallError, NoTokenError) as exc:
             logger.warning(
                 "could not stop sandbox %s (%s); its deadline is now, so the sweeper stops it on its next run",
@@ -206,7 +207,7 @@ class SandboxBudget:
     def abandon(self, start_key: ResultKey) -> None:
         """End a sandbox whose start failed: stop whatever started and free the slot (never raises)."""
         try:
-            self.acr.stop(start_key.session_id)
+            self._forget(start_key.session_id).stop(start_key.session_id)
         except (AcrCallError, NoTokenError) as exc:
             logger.warning("could not stop the failed sandbox %s: %s", start_key.session_id, exc)
         self.ledger.finish(start_key, status=Status.DISPATCH_FAILED, finished_at=self._clock())
@@ -216,9 +217,47 @@ class SandboxBudget:
         so the functions' stops keep precedence)."""
         while True:
             try:
-                return self.acr.invoke(session_id, body, slot_start=self.acr.reserve_invoke())
+                acr, slot_start = self._reserve_invoke(session_id)
+                return acr.invoke(session_id, body, slot_start=slot_start)
             except NoTokenError as exc:
                 self._sleep(exc.retry_after_s)
+
+    def endpoint(self, session_id: str) -> Acr:
+        """The endpoint sandbox ``session_id`` runs on: the one its first call went to, or (a sandbox this client
+        did not start) the one its sessions-table item records; the runtime's own when none is known."""
+        return self._known(session_id) or self._remember(session_id, self.acrs[0])
+
+    def _known(self, session_id: str) -> Acr | None:
+        """The endpoint this client sent the sandbox's calls to, else the one its item records (one read)."""
+        with self._endpoints_lock:
+            known = self._endpoints.get(session_id)
+        if known is not None or len(self.acrs) == 1:
+            return known or self.acrs[0]
+        record = self.ledger.get(session_id)
+        qualifier = record.endpoint if record is not None else None
+        recorded = next((acr for acr in self.acrs if acr.qualifier == qualifier), None)
+        return None if recorded is None else self._remember(session_id, recorded)
+
+    def _remember(self, session_id: str, acr: Acr) -> Acr:
+        with self._endpoints_lock:
+            return self._endpoints.setdefault(session_id, acr)
+
+    def _forget(self, session_id: str) -> Acr:
+        """The sandbox's endpoint, no longer kept (it is being stopped)."""
+        acr = self.endpoint(session_id)
+        with self._endpoints_lock:
+            self._endpoints.pop(session_id, None)
+        return acr
+
+    def _reserve_invoke(self, session_id: str) -> tuple[Acr, float]:
+        """A slot for one of the sandbox's calls: on its endpoint, or, for a sandbox being started (no endpoint
+        known yet), on the endpoint that has one soonest, which it then keeps (as the dispatcher does a rollout)."""
+        acr = self._known(session_id)
+        if acr is not None:
+            return acr, acr.reserve_invoke()
+        acr, slot_start = reserve_soonest(self.acrs, clock=self._clock, sleep=self._sleep)
+        self._remember(session_id, acr)
+        return acr, slot_start
 
 
 class DirectCalls(SandboxBudget):
