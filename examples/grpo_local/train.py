@@ -242,7 +242,7 @@ def _rate(results: list[Any], predicate: Any) -> float:
 
 
 def plot_steps(steps: list[dict[str, Any]], path: Path, *, title: str, lower: tuple[str, str]) -> Path:
-    """Reward mean and ``lower`` (a step field and its axis label) per step, as a PNG."""
+    """Reward mean and ``lower`` (a step field and its axis label, drawn where a step has it) per step, as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -253,7 +253,8 @@ def plot_steps(steps: list[dict[str, Any]], path: Path, *, title: str, lower: tu
     reward_axis.plot(x, [s["reward_mean"] or 0.0 for s in steps], marker="o")
     reward_axis.set_ylabel("reward mean")
     reward_axis.set_title(title)
-    lower_axis.plot(x, [s.get(lower[0], 0.0) for s in steps], marker="o", color="tab:orange")
+    measured = [s for s in steps if s.get(lower[0]) is not None]  # a step that trained nothing measured nothing
+    lower_axis.plot([s["step"] for s in measured], [s[lower[0]] for s in measured], marker="o", color="tab:orange")
     lower_axis.set_ylabel(lower[1])
     lower_axis.set_xlabel("step")
     figure.tight_layout()
