@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
+from agent_app._model_key import ModelKeys
 from agent_app._results import RESULT_WRITE_ATTEMPTS, ResultWriteError, ResultWriter
 from agent_app._rollout import Rollout, RolloutRegistry
 from agent_app._sdk import BedrockAgentCoreApp, BedrockAgentCoreContext, RequestContext
@@ -31,7 +32,7 @@ from rollout_contract.aws import ClientFactory
 from rollout_contract.ids import InvalidIdError, new_session_id, validate_session_key_segment
 from rollout_contract.keys import RESULT_SUFFIX, ResultKey
 from rollout_contract.messages import MissingRolloutFieldsError, RolloutSpec
-from rollout_contract.results import ROLLOUT_FIELD, RolloutResult, Timings, redact_payload
+from rollout_contract.results import PROOF_KEY_FIELD, ROLLOUT_FIELD, RolloutResult, Timings, redact_payload
 
 if TYPE_CHECKING:
     from types_boto3_s3 import S3Client
@@ -91,6 +92,7 @@ class AgentCoreRLApp(BedrockAgentCoreApp):
         self._writer: ResultWriter | None = None
         self._writer_lock = threading.Lock()
         self._background: set[asyncio.Task[None]] = set()
+        self._model_keys = ModelKeys()
         super().__init__(debug=debug, lifespan=self._cancelling_on_exit(lifespan), middleware=middleware)
         if not logging.getLogger().handlers:  # nobody configured logging: ART's JSON lines with session ids
             configure_logging()
@@ -164,7 +166,9 @@ class AgentCoreRLApp(BedrockAgentCoreApp):
         document = RolloutResult.from_handler_output(
             result, key=key, s3_bucket=bucket, payload=stored_payload, timings=Timings(finished_at=time.time())
         )
-        return self._result_writer().write(bucket, result_key, document.to_json_bytes())
+        body = document.to_json_bytes()
+        rollout = self._rollouts.get(key.session_id)  # a session this process runs: its proof key signs the result
+        return self._result_writer().write(bucket, result_key, body, rollout.proof(body) if rollout else None)
 
     def run(self, port: int | None = None, host: str | None = None, **kwargs: Any) -> None:
         """Serve the app; ``port`` defaults to the ``PORT`` environment variable, else 8080."""
@@ -174,6 +178,10 @@ class AgentCoreRLApp(BedrockAgentCoreApp):
         """Answer ``/invocations`` (the parent runs this in its threadpool) and start the rollout."""
         if not isinstance(payload, dict):
             raise HTTPException(400, f"the payload must be a JSON object, got {type(payload).__name__}")
+        proof_key = _take_proof_key(payload)
+        if proof_key is not None and isinstance(payload.get(ROLLOUT_FIELD), dict):
+            # Dispatched by the experiment's functions: its model calls need the experiment's key (D100).
+            self._model_keys.fill(payload[ROLLOUT_FIELD])
         try:
             spec = RolloutSpec.from_payload(payload)
             target = spec.save_target()
@@ -191,7 +199,7 @@ class AgentCoreRLApp(BedrockAgentCoreApp):
                 raise HTTPException(400, str(exc)) from exc
 
         def make() -> Rollout:
-            rollout = Rollout.accept(payload, spec, session_id, key, self._redact_keys)
+            rollout = Rollout.accept(payload, spec, session_id, key, self._redact_keys, proof_key)
             rollout.ping_task_id = self.add_async_task("rollout", {"session_id": session_id})
             return rollout
 
@@ -241,7 +249,7 @@ class AgentCoreRLApp(BedrockAgentCoreApp):
         """Write a result object; failures are logged (the sweeper ends such rollouts as ``timed_out``)."""
         key, s3_bucket = rollout.target
         try:
-            stored = self._result_writer().write(s3_bucket, str(key), body)
+            stored = self._result_writer().write(s3_bucket, str(key), body, rollout.proof(body))
         except ResultWriteError:
             logger.exception("rollout %s: result not stored", rollout.session_id)
             return
@@ -288,6 +296,17 @@ class AgentCoreRLApp(BedrockAgentCoreApp):
                 yield state
 
         return cancelling
+
+
+def _take_proof_key(payload: dict[str, Any]) -> str | None:
+    """Remove the session's proof key from ``payload``'s ``_rollout`` (the handler never sees it) and return it."""
+    block = payload.get(ROLLOUT_FIELD)
+    if not isinstance(block, dict) or PROOF_KEY_FIELD not in block:
+        return None
+    proof_key = block.pop(PROOF_KEY_FIELD)
+    if not isinstance(proof_key, str) or not proof_key:
+        raise HTTPException(400, f"{ROLLOUT_FIELD}.{PROOF_KEY_FIELD} must be a non-empty string (the dispatcher's)")
+    return proof_key
 
 
 def _port_from_env() -> int:

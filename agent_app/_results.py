@@ -53,8 +53,8 @@ class ResultWriter:
         self._conflicts = conflicts
         self._sleep = sleep
 
-    def write(self, bucket: str, key: str, body: bytes) -> bool:
-        """Store ``body`` at ``s3://bucket/key`` unless an object is already there.
+    def write(self, bucket: str, key: str, body: bytes, metadata: dict[str, str] | None = None) -> bool:
+        """Store ``body`` (with user ``metadata``, e.g. its proof) at ``s3://bucket/key`` unless an object is there.
 
         Returns:
             ``True`` if this call stored the object; ``False`` if another writer got there first.
@@ -66,7 +66,12 @@ class ResultWriter:
         try:
             self._conflicts.call(
                 lambda: self.s3_client.put_object(
-                    Bucket=bucket, Key=key, Body=body, ContentType="application/json", IfNoneMatch="*"
+                    Bucket=bucket,
+                    Key=key,
+                    Body=body,
+                    ContentType="application/json",
+                    IfNoneMatch="*",
+                    Metadata=metadata or {},
                 ),
                 retry_on=lambda exc: error_code(exc) == CONDITIONAL_REQUEST_CONFLICT,
                 sleep=self._sleep,

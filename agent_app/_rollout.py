@@ -10,6 +10,7 @@ from typing import Any
 
 from rollout_contract.keys import ResultKey
 from rollout_contract.messages import RolloutSpec, processing_response
+from rollout_contract.proof import PROOF_METADATA, sign
 from rollout_contract.results import ErrorInfo, RolloutResult, Status, Timings, redact_payload
 
 __all__ = ["Rollout", "RolloutRegistry"]
@@ -31,6 +32,9 @@ class Rollout:
     key: ResultKey | None
     s3_bucket: str | None
     stored_payload: dict[str, Any]
+    #: The session's result-signing key from the dispatcher (``_rollout.proof_key``), held here only; ``None`` when
+    #: the agent was invoked without one (then its result is stored unproven).
+    proof_key: str | None = field(default=None, repr=False)
     ping_task_id: int | None = None
     started_at: float | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -45,6 +49,7 @@ class Rollout:
         session_id: str,
         key: ResultKey | None,
         redact_keys: Iterable[str],
+        proof_key: str | None = None,
     ) -> Rollout:
         """Build the rollout of one ``/invocations`` request (the stored payload is redacted now)."""
         return cls(
@@ -54,7 +59,12 @@ class Rollout:
             key=key,
             s3_bucket=spec.s3_bucket if key else None,
             stored_payload=redact_payload(payload, redact_keys),
+            proof_key=proof_key,
         )
+
+    def proof(self, body: bytes) -> dict[str, str]:
+        """The result object's metadata: ``body``'s proof under the session key (none without a key)."""
+        return {PROOF_METADATA: sign(self.proof_key, self.session_id, body)} if self.proof_key else {}
 
     @property
     def saves_result(self) -> bool:
@@ -148,6 +158,11 @@ class RolloutRegistry:
                 return existing, False
             rollout = self._by_session[session_id] = make()
             return rollout, True
+
+    def get(self, session_id: str) -> Rollout | None:
+        """The session's rollout, if this process accepted one."""
+        with self._lock:
+            return self._by_session.get(session_id)
 
     def unfinished(self) -> list[Rollout]:
         """The rollouts whose result is not settled yet."""

@@ -77,6 +77,7 @@ from local_stack._process import environment
 from local_stack.hosting import DEFAULT_MODEL_NAME
 from local_stack.stack import DEFAULT_RUN_DIR, LocalStack, StackSettings
 from rollout_contract import DispatchRequest, RolloutResult, Timings, new_session_id
+from rollout_contract.credentials import ExperimentSecret, read_secret
 from trainer_client import AwsClients, PollSettings, RolloutClient
 
 HERE = Path(__file__).parent
@@ -260,6 +261,10 @@ class Direct:
             "bedrock-agentcore", endpoint_url=stack.env["AWS_ENDPOINT_URL_BEDROCK_AGENTCORE"], config=config
         )
         self._s3 = _client("s3", stack.moto_url, BASELINE_APP_ID, sessions + 4)
+        # ART's trainer passes the model-call key itself (api_key): the gateway refuses calls without it (D100).
+        self._model_key = read_secret(
+            _client("secretsmanager", stack.moto_url, BASELINE_APP_ID, 2), EXP_ID, ExperimentSecret.MODEL_KEY
+        )
         self._interval = 1.0 / tps
         self._next_slot = 0.0
         self._slot_lock = threading.Lock()
@@ -287,7 +292,11 @@ class Direct:
             input_id="direct",
             session_id=session_id,
             payload=payload,
-            rollout={"base_url": f"{self._gateway_url}/sessions/{session_id}/v1", "model_id": MODEL_ID},
+            rollout={
+                "base_url": f"{self._gateway_url}/sessions/{session_id}/v1",
+                "model_id": MODEL_ID,
+                "api_key": self._model_key,
+            },
             timeout_s=ROLLOUT_TIMEOUT_S,
             submitted_at=submitted,
         )

@@ -37,6 +37,7 @@ from local_stack.stack import LocalStack
 from rollout_contract.aws import ClientFactory
 from trainer_client import BatchItem, PollSettings, RolloutClient
 from trainer_client._sessions import check_in_flight, in_flight_sessions
+from trainer_client._stored import ResultReader
 
 EXP_ID = "lag"
 
@@ -59,6 +60,9 @@ class Sampler:
         factory = ClientFactory(region=self.descriptor.region, endpoints=self.descriptor.endpoints)
         self._dynamodb = factory.client("dynamodb")
         self._s3 = factory.client("s3")
+        self._reader = ResultReader(
+            self._s3, factory.client("secretsmanager"), self.descriptor.results_bucket, self.descriptor.exp_id
+        )
         self._interval = interval_s
         self.last_shown: dict[str, dict[str, float]] = {"before": {}, "after": {}}
         self.check_s: list[float] = []
@@ -71,7 +75,7 @@ class Sampler:
             at = time.time()
             records = in_flight_sessions(self._dynamodb, self.descriptor.resources, EXP_ID)
             listed_at = time.time()
-            view = check_in_flight(self._s3, self.descriptor.results_bucket, records, EXP_ID)
+            view = check_in_flight(self._reader, records, EXP_ID)
             checked_at = time.time()
             self.check_s.append(checked_at - listed_at)
             self.listed.append(len(records))

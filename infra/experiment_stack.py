@@ -12,6 +12,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from infra.credentials import ExperimentSecrets
 from infra.doctor_grants import grant_doctor_reads
 from infra.monitoring import Monitoring
 from infra.nag import acknowledge, nag_logical_id, nag_value
@@ -22,6 +23,7 @@ from infra.settings import ExperimentSettings
 from infra.tables import contract_table
 from infra.trainer_access import TrainerAccess
 from infra.workers import FIRST_WRITER_WINS, RESULT_KEYS, RolloutWorkers
+from rollout_contract.credentials import ExperimentSecret
 from rollout_contract.keys import experiment_prefix, payload_ref_prefix
 from rollout_contract.protocol import DEFAULT_QUALIFIER, endpoint_qualifiers
 from rollout_contract.resources import (
@@ -87,6 +89,9 @@ class ExperimentStack(Stack):
                 )
         runtime = self.agent.runtime
         self.agent.execution_role.add_to_principal_policy(self._result_writes(settings))
+        # The agent reads its own experiment's model-call credential, and no other secret (D100).
+        self.secrets = ExperimentSecrets(self, "Secrets", exp_id=exp_id)
+        self.secrets.grant_read(self.agent.execution_role, ExperimentSecret.MODEL_KEY)
         # Construct ids DispatchQueue, CompletionQueue, FinisherQueue.
         queues = {
             label: RolloutQueue(self, f"{label.capitalize()}Queue", spec=spec) for label, spec in names.queues.items()
@@ -117,6 +122,9 @@ class ExperimentStack(Stack):
             budget_table=self.budget_table,
             bucket=bucket,
         )
+        # The functions that write results sign them with the experiment key (D100).
+        for writer in (self.workers.dispatcher, self.workers.sweeper):
+            self.secrets.grant_read(writer.role, ExperimentSecret.RESULT_KEY)
         self.descriptor_parameter = self._descriptor(settings)
         self.trainer = TrainerAccess(
             self,
@@ -130,6 +138,8 @@ class ExperimentStack(Stack):
             sessions_table=self.sessions_table,
             sessions_spec=names.sessions_table,
         )
+        # The trainer checks results' proofs, runs the token gateway and calls its admin and trace routes.
+        self.secrets.grant_read(self.trainer.policy, *ExperimentSecret)
         if settings.kind is ExperimentKind.SANDBOX:
             self.trainer.grant_sandboxes(runtime=runtime, budget_table=self.budget_table, endpoints=settings.endpoints)
         grant_doctor_reads(

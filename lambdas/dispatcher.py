@@ -51,7 +51,7 @@ from rollout_contract.aws import error_code
 from rollout_contract.ids import split_exp_id, validate_input_id, validate_rollout_session_id
 from rollout_contract.keys import ResultKey
 from rollout_contract.messages import CancelRequest, DispatchRequest, parse_dispatch_message
-from rollout_contract.results import ROLLOUT_FIELD, ErrorInfo, RolloutResult, Status, Timings
+from rollout_contract.results import PROOF_KEY_FIELD, ROLLOUT_FIELD, ErrorInfo, RolloutResult, Status, Timings
 from rollout_contract.sessions import SessionState
 
 if TYPE_CHECKING:
@@ -296,8 +296,9 @@ def _invoke(
         raise RequeueError("invoke budget reserved beyond the invoke horizon", exc.retry_after_s) from exc
     deadline_at = request.run_deadline(rt.clock())
     invoke_payload = request.invoke_payload(payload, rt.settings.results_bucket)
-    timings = invoke_payload[ROLLOUT_FIELD]
-    timings.update(Timings(submitted_at=request.submitted_at, dispatched_at=slot_start).model_dump(exclude_none=True))
+    rollout = invoke_payload[ROLLOUT_FIELD]
+    rollout.update(Timings(submitted_at=request.submitted_at, dispatched_at=slot_start).model_dump(exclude_none=True))
+    rollout[PROOF_KEY_FIELD] = rt.store.session_key(session_id)  # the agent signs its result with it (D100)
     try:
         acr.invoke(session_id, acr.encode(invoke_payload), slot_start=slot_start)
     except NoTokenError as exc:

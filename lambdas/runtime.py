@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import boto3
 import botocore
@@ -25,6 +25,7 @@ from rollout_budgets.acr import Acr, endpoint_acrs, reserve_soonest
 from rollout_budgets.ledger import Ledger
 from rollout_budgets.slot_wait import SlotWaiter
 from rollout_contract.aws import ClientFactory
+from rollout_contract.proof import ResultProof
 from rollout_contract.resources import HANDLER_ENV_PREFIX, ExperimentResources, HandlerSettings
 
 if TYPE_CHECKING:
@@ -44,6 +45,8 @@ class AwsClients(NamedTuple):
     sqs: SQSClient
     dynamodb: DynamoDBClient
     agentcore: BedrockAgentCoreClient
+    #: Reads the experiment key that signs the functions' results (D100).
+    secretsmanager: Any
 
     @classmethod
     def build(cls, factory: ClientFactory | None = None) -> AwsClients:
@@ -56,6 +59,7 @@ class AwsClients(NamedTuple):
             sqs=factory.client("sqs", session=session),
             dynamodb=factory.client("dynamodb", session=session),
             agentcore=factory.client("bedrock-agentcore", single_attempt=True, session=session),
+            secretsmanager=factory.client("secretsmanager", session=session),
         )
 
 
@@ -110,7 +114,11 @@ class Runtime:
             resources=ExperimentResources.for_experiment(settings.exp_id),
             clients=clients,
             ledger=ledger,
-            store=ResultStore(clients.s3, bucket=settings.results_bucket),
+            store=ResultStore(
+                clients.s3,
+                bucket=settings.results_bucket,
+                proof=functools.cache(lambda: ResultProof.from_secret(clients.secretsmanager, settings.exp_id)),
+            ),
             acrs=acrs,
             slots=SlotWaiter(ledger.free_slots, clock=clock, sleep=sleep),
             clock=clock,

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rollout_budgets.conditional import PRECONDITION_FAILED, conditional_write
-from rollout_contract.results import RolloutResult
+from rollout_contract.proof import Provenance, refused
+from rollout_contract.results import InvalidResultError, RolloutResult
 
 if TYPE_CHECKING:
     from types_boto3_s3 import S3Client
 
     from rollout_contract.keys import ResultKey
+    from rollout_contract.proof import ResultProof
 
 
 class Stored(NamedTuple):
@@ -22,30 +25,45 @@ class Stored(NamedTuple):
 
 
 class ResultStore:
-    """The experiment's result objects and parked payloads in one bucket."""
+    """The experiment's result objects and parked payloads in one bucket; results written signed (D100)."""
 
-    def __init__(self, s3: S3Client, *, bucket: str) -> None:
+    def __init__(self, s3: S3Client, *, bucket: str, proof: Callable[[], ResultProof]) -> None:
+        """``proof`` gives the experiment key's proof (read from Secrets Manager on the first write)."""
         self._s3 = s3
         self.bucket = bucket
+        self._proof = proof
 
     def write_first(self, result: RolloutResult) -> Stored:
-        """Write ``result`` unless a result exists already (first writer wins); return what is stored."""
+        """Write ``result``, signed, unless a result exists already (first writer wins); return what is stored."""
+        body = result.to_json_bytes()
         written = conditional_write(
             self._s3.put_object,
             failed=PRECONDITION_FAILED,
             Bucket=self.bucket,
             Key=result.result_key,
-            Body=result.to_json_bytes(),
+            Body=body,
             ContentType="application/json",
             IfNoneMatch="*",
+            Metadata=self._proof().metadata(result.session_id, body),
         )
         return Stored(result, written=True) if written.ok else Stored(self.read(result.key), written=False)
 
+    def session_key(self, session_id: str) -> str:
+        """The key ``session_id``'s agent signs its result with (``_rollout.proof_key``)."""
+        return self._proof().session_key(session_id)
+
     def read(self, key: ResultKey) -> RolloutResult:
-        """Read a stored result (raises botocore's ``NoSuchKey`` when there is none)."""
+        """Read a stored result (raises botocore's ``NoSuchKey`` when there is none).
+
+        An object that is no result document at all (no ids: not written by the agent or a function, D100) reads as
+        the ``agent_error`` the trainer sees for it, so the rollout still ends (its session stopped, its slot freed).
+        """
         body = self._s3.get_object(Bucket=self.bucket, Key=str(key))["Body"]
         with body:
-            return RolloutResult.from_json_bytes(body.read())
+            try:
+                return RolloutResult.from_json_bytes(body.read())
+            except InvalidResultError:
+                return refused(RolloutResult, Provenance.UNPROVEN, key, self.bucket)
 
     def exists(self, key: ResultKey | str) -> bool:
         """Whether an object is stored at ``key``: a list of the key itself.

@@ -26,7 +26,7 @@ from urllib.parse import parse_qs, unquote
 from rollout_contract.protocol import DEFAULT_QUALIFIER
 from rollout_contract.resources import BUDGET_PARTITION_KEY, SESSIONS_PARTITION_KEY
 
-__all__ = ["Authorization", "Described", "HttpRequest", "describe", "signer"]
+__all__ = ["Authorization", "Described", "HttpRequest", "describe", "secret_arn", "signer"]
 
 #: IAM's service prefix per SigV4 signing name, where they differ.
 _IAM_PREFIX = {"monitoring": "cloudwatch"}
@@ -118,7 +118,14 @@ def describe(request: HttpRequest, *, account: str) -> Described | None:
         operation, params = _operation(request)
         prefix = _IAM_PREFIX.get(service, service)
         action = _ACTION_OF.get(f"{prefix}:{operation}", f"{prefix}:{operation}")
-        rules = {"sqs": _sqs, "dynamodb": _dynamodb, "events": _events, "ssm": _ssm, "cloudwatch": _cloudwatch}
+        rules = {
+            "sqs": _sqs,
+            "dynamodb": _dynamodb,
+            "events": _events,
+            "ssm": _ssm,
+            "cloudwatch": _cloudwatch,
+            "secretsmanager": _secretsmanager,
+        }
         rule = rules.get(prefix)
         authorizations = rule(action, params, arns) if rule else [Authorization(action, ("*",))]
     return Described(access_key, service, operation, tuple(authorizations))
@@ -231,6 +238,19 @@ def _ssm(action: str, params: Mapping[str, Any], arns: _Arns) -> list[Authorizat
     if not names:
         return [Authorization(action, ("*",))]
     return [Authorization(action, tuple(arns.of("ssm", f"parameter/{str(name).lstrip('/')}") for name in names))]
+
+
+def secret_arn(region: str, account: str, name: str) -> str:
+    """A secret's ARN as the local twin writes it: AWS ends it in six random characters, which a request naming the
+    secret does not carry, so ``??????`` stands for them (a policy's ARN of the secret resolves the same way)."""
+    return f"arn:aws:secretsmanager:{region}:{account}:secret:{name}-??????"
+
+
+def _secretsmanager(action: str, params: Mapping[str, Any], arns: _Arns) -> list[Authorization]:
+    secret = str(params.get("SecretId", ""))
+    if not secret:
+        return [Authorization(action, ("*",))]
+    return [Authorization(action, (secret if secret.startswith("arn:") else secret_arn(*arns, secret),))]
 
 
 def _cloudwatch(action: str, params: Mapping[str, Any], arns: _Arns) -> list[Authorization]:

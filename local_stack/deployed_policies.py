@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from local_stack.aws_requests import Authorization
+from local_stack.aws_requests import Authorization, secret_arn
 from local_stack.call_log import RecordedCall
 from local_stack.iam_policy import Decision, Grant, Request, Statement, UndecidableError, evaluate, statements
 
@@ -116,6 +116,8 @@ def _local_attributes(
         return {"AgentRuntimeArn": runtime_arn, "AgentRuntimeId": runtime_arn.rpartition("/")[2]}
     if kind == "AWS::IAM::Role":
         return {"Ref": logical_id, "Arn": f"arn:aws:iam::{account}:role/{logical_id}"}
+    if kind == "AWS::SecretsManager::Secret" and "Name" in properties:
+        return {"Ref": secret_arn(region, account, properties["Name"])}
     if kind == "AWS::Logs::LogGroup":
         return {"Ref": logical_id, "Arn": arn("logs", f"log-group:{properties.get('LogGroupName', logical_id)}:*")}
     return {}

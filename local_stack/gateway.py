@@ -27,7 +27,9 @@ Gaps, documented rather than patched (no adapter was needed):
   and its traces then have no logprobs.
 - A streamed tool call appears in the trace's ``response_message`` as the raw deltas, not merged into
   one call (token ids and logprobs are complete; only this readable copy is fragmented).
-- No authentication: it listens on 127.0.0.1 only.
+- No authentication: ``trainer_client.gateway`` adds it (``--experiment``: the experiment's model-call and admin
+  keys from Secrets Manager, D100); the stack's gateway takes its experiments' keys from moto, read with the
+  trainer's credentials, and still listens on 127.0.0.1 only.
 - Its health check polls ``{worker}/health`` every ``health_check_interval`` seconds and stops routing
   to a worker after three failures: a real endpoint must serve ``/health`` (vLLM and SGLang do).
 
@@ -39,12 +41,18 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from local_stack._process import LOCALHOST, ManagedProcess, free_port, http_ready
+from local_stack.moto_server import LOCAL_REGION, credentials
+from rollout_contract.aws import ClientFactory
 
-__all__ = ["gateway_process", "session_base_url"]
+if TYPE_CHECKING:
+    from trainer_client._gateway_auth import GatewayAuth
+
+__all__ = ["admin_auth", "gateway_process", "session_base_url"]
 
 HEALTH_CHECK_INTERVAL_S = 5.0
 
@@ -56,16 +64,29 @@ def session_base_url(gateway_url: str, session_id: str) -> str:
     return f"{gateway_url.rstrip('/')}/sessions/{session_id}/v1"
 
 
+def admin_auth(moto_url: str, exp_id: str) -> GatewayAuth:
+    """The admin credential of experiment ``exp_id``'s gateway routes on the local stack whose moto is at
+    ``moto_url``, read as the trainer reads it (``httpx`` auth; ``RolloutClient.gateway_auth`` is the same)."""
+    from trainer_client._gateway_auth import GatewayAuth  # httpx: only for callers of the gateway
+
+    factory = ClientFactory(
+        region=LOCAL_REGION, endpoints={"secretsmanager": moto_url}, credentials=credentials("trainer")
+    )
+    return GatewayAuth.admin(factory.client("secretsmanager"), exp_id)
+
+
 def gateway_process(
     *,
     model_base_url: str,
     run_dir: Path,
     base_env: Mapping[str, str],
     port: int | None = None,
+    experiments: Sequence[str] = (),
 ) -> ManagedProcess:
     """Describe an rllm-model-gateway child on 127.0.0.1 in front of ``model_base_url`` (``http://.../v1``).
 
-    Writes ``gateway.yaml`` into ``run_dir``; traces go to ``run_dir/gateway_traces.db``.
+    Writes ``gateway.yaml`` into ``run_dir``; traces go to ``run_dir/gateway_traces.db``. It accepts the credentials
+    of ``experiments`` (read from Secrets Manager with ``base_env``'s credentials), or every caller when none.
     """
     port = port or free_port()
     config = {
@@ -85,7 +106,14 @@ def gateway_process(
     url = f"http://{LOCALHOST}:{port}"
     return ManagedProcess(
         name="gateway",
-        argv=[sys.executable, "-m", "trainer_client.gateway", "--config", str(config_path)],
+        argv=[
+            sys.executable,
+            "-m",
+            "trainer_client.gateway",
+            "--config",
+            str(config_path),
+            *([arg for name in experiments for arg in ("--experiment", name)] or ["--open"]),
+        ],
         log_path=run_dir / "gateway.log",
         env=dict(base_env),
         url=url,

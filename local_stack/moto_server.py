@@ -51,6 +51,7 @@ MOTO_SERVICES: Mapping[str, str] = {
     "events": "EVENTBRIDGE",
     "dynamodb": "DYNAMODB",
     "ssm": "SSM",
+    "secretsmanager": "SECRETS_MANAGER",
     "cloudwatch": "CLOUDWATCH",
     "logs": "CLOUDWATCH_LOGS",
     "sts": "STS",

@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from local_stack.moto_server import DUMMY_CREDENTIALS, LOCAL_REGION
 from rollout_contract.aws import ClientFactory, error_code
+from rollout_contract.credentials import ExperimentSecret, new_secret_value
 from rollout_contract.naming import PROJECT
 from rollout_contract.protocol import DEFAULT_INVOKE_TPS
 from rollout_contract.resources import (
@@ -57,11 +58,13 @@ class AwsClients:
     dynamodb: DynamoDBClient
     events: EventBridgeClient
     ssm: SSMClient
+    #: Creates the experiment's secrets (D100); ``None``: provisioning creates none (the CDK comparison's moto).
+    secretsmanager: Any = None
 
     @classmethod
     def local(cls, moto_url: str) -> AwsClients:
         """Build clients for the moto server at ``moto_url`` (dummy credentials, the local region)."""
-        names = ("s3", "sqs", "dynamodb", "events", "ssm")
+        names = ("s3", "sqs", "dynamodb", "events", "ssm", "secretsmanager")
         factory = ClientFactory(
             region=LOCAL_REGION, endpoints=dict.fromkeys(names, moto_url), credentials=DUMMY_CREDENTIALS
         )
@@ -72,6 +75,7 @@ class AwsClients:
             dynamodb=factory.client("dynamodb", session=session),
             events=factory.client("events", session=session),
             ssm=factory.client("ssm", session=session),
+            secretsmanager=factory.client("secretsmanager", session=session),
         )
 
 
@@ -154,6 +158,8 @@ def provision_experiment(
         session_budget=session_budget,
         runtime_endpoints=runtime_endpoints,
     )
+    if clients.secretsmanager is not None:
+        _ensure_secrets(clients.secretsmanager, exp_id)
     clients.ssm.put_parameter(
         Name=resources.descriptor_parameter,
         Value=descriptor.model_dump_json(),
@@ -162,6 +168,16 @@ def provision_experiment(
         Description=f"Local stack descriptor of experiment {exp_id}",
     )
     return ProvisionedExperiment(descriptor=descriptor, finisher_queue_url=finisher_url)
+
+
+def _ensure_secrets(secretsmanager: Any, exp_id: str) -> None:
+    """Create the experiment's secrets with random values, as its stack does; existing ones are kept."""
+    for secret in ExperimentSecret:
+        try:
+            secretsmanager.create_secret(Name=secret.secret_name(exp_id), SecretString=new_secret_value())
+        except ClientError as exc:
+            if error_code(exc) != "ResourceExistsException":
+                raise
 
 
 def _queue_arn(sqs: SQSClient, url: str) -> str:

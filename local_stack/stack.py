@@ -43,6 +43,7 @@ from local_stack.model_endpoint.process import model_endpoint_process
 from local_stack.moto_server import (
     LOCAL_ACCOUNT_ID,
     LOCAL_REGION,
+    MOTO_SERVICES,
     aws_env,
     credentials,
     endpoints_for,
@@ -97,6 +98,8 @@ class StackSettings(Settings):
         required_rollout_fields: ``_rollout`` fields the agent needs, published in the descriptor (trainers
             refuse a submit without them).
         gateway: put the token gateway in front of the model.
+        gateway_open: let every caller use the gateway (default: the experiments' model-call and admin keys, D100);
+            for a client that cannot send a key (rLLM's gateway client has no such setting).
         emulator: run the ACR emulator (tests of the other parts turn it off).
         workers: run a Lambda worker per experiment.
         agent_name: the agent's runtime name; its ARN is ``runtime/<agent_name>-<exp_id>`` (:func:`runtime_arn`).
@@ -134,6 +137,7 @@ class StackSettings(Settings):
     model_id: str | None = None
     required_rollout_fields: tuple[str, ...] = ()
     gateway: bool = True
+    gateway_open: bool = False
     emulator: bool = True
     workers: bool = True
     agent_name: str = DEFAULT_AGENT_NAME
@@ -277,7 +281,15 @@ class LocalStack:
             model_url = str(s.model_base_url)
         self.model_url = model_url
         if s.gateway:
-            gateway = self._launch(gateway_process(model_base_url=model_url, run_dir=self.run_dir, base_env=base_env))
+            # The gateway runs as the trainer does (it reads the experiments' gateway keys, D100).
+            gateway = self._launch(
+                gateway_process(
+                    model_base_url=model_url,
+                    run_dir=self.run_dir,
+                    base_env={**base_env, **aws_env(moto_url, component="trainer")},
+                    experiments=() if s.gateway_open else s.experiments,
+                )
+            )
             self.gateway_url = gateway.url
         if emulator is not None:
             emulator.wait_ready(s.ready_timeout_s)
@@ -469,11 +481,13 @@ class LocalStack:
 
 def agent_environment(settings: StackSettings, s3_endpoint: str | None) -> dict[str, str]:
     """The variables the stack gives the agent's processes: the local region and credentials, results to
-    ``s3_endpoint`` (the moto server), ``PYTHONPATH`` with the project, then ``settings.agent_environment``."""
+    ``s3_endpoint`` (the moto server, which also keeps the experiment's model-call key in its Secrets Manager),
+    ``PYTHONPATH`` with the project, then ``settings.agent_environment``."""
     extra = dict(settings.agent_environment)
     env = {"AWS_REGION": LOCAL_REGION, "AWS_DEFAULT_REGION": LOCAL_REGION, **credentials("agent")}
     if s3_endpoint is not None:
         env["AWS_ENDPOINT_URL_S3"] = s3_endpoint
+        env[f"AWS_ENDPOINT_URL_{MOTO_SERVICES['secretsmanager']}"] = s3_endpoint
     env["PYTHONPATH"] = os.pathsep.join(
         [*([extra.pop("PYTHONPATH")] if "PYTHONPATH" in extra else []), str(PROJECT_ROOT)]
     )

@@ -45,6 +45,7 @@ Service = Literal[
     "ecr",
     "events",
     "s3",
+    "secretsmanager",
     "service-quotas",
     "sqs",
     "ssm",
@@ -63,6 +64,7 @@ Clients = TypedDict(
         "ecr": "ECRClient",
         "events": "EventBridgeClient",
         "s3": "S3Client",
+        "secretsmanager": "Any",
         "service-quotas": "ServiceQuotasClient",
         "sqs": "SQSClient",
         "ssm": "SSMClient",
@@ -213,6 +215,10 @@ class ClientFactory(BaseModel):
     def client(
         self, service: Literal["s3"], *, single_attempt: bool = ..., session: Session | None = ...
     ) -> S3Client: ...
+    @overload
+    def client(  # no stubs of this service are installed (D100: the experiment's secrets)
+        self, service: Literal["secretsmanager"], *, single_attempt: bool = ..., session: Session | None = ...
+    ) -> Any: ...
     @overload
     def client(
         self, service: Literal["service-quotas"], *, single_attempt: bool = ..., session: Session | None = ...

@@ -32,7 +32,10 @@ from rollout_contract.keys import ResultKey, parse_result_key
 
 REDACTED = "***redacted***"
 ROLLOUT_FIELD = "_rollout"
-SECRET_ROLLOUT_FIELDS = frozenset({"api_key"})
+#: The ``_rollout`` field that carries the session's result-signing key (``rollout_contract.proof``).
+PROOF_KEY_FIELD = "proof_key"
+#: ``_rollout`` fields that are secrets: redacted wherever a payload is stored.
+SECRET_ROLLOUT_FIELDS = frozenset({"api_key", PROOF_KEY_FIELD})
 #: The one key of a result document that this project owns (status, ids, timings, error).
 META_FIELD = "_agentcore_rollouts"
 #: Keys ART sets on every stored result, overwriting the handler's (``status_code`` and ``stop_reason``
@@ -208,6 +211,10 @@ class RolloutResult(dict[str, Any]):
     :data:`META_FIELD`, and a document without them (written by ART's own agent) has its status derived
     from ART's fields by :func:`derive_outcome`.
     """
+
+    #: Who the stored object can be shown to come from (a ``rollout_contract.proof.Provenance``), once a reader
+    #: checked it (``rollout_contract.proof``); ``None`` until then. An attribute, not a document key.
+    provenance: str | None = None
 
     @property
     def _meta(self) -> Mapping[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from botocore.exceptions import BotoCoreError, EndpointConnectionError, NoCredentialsError
 from botocore.exceptions import ClientError as BotoClientError
@@ -28,6 +28,8 @@ class AwsClients(NamedTuple):
     sqs: SQSClient
     s3: S3Client
     dynamodb: DynamoDBClient | None = None
+    #: Reads the experiment key that proves results (D100); ``None``: built from the client's factory.
+    secretsmanager: Any = None
 
     def require_dynamodb(self) -> DynamoDBClient:
         """The DynamoDB client (the sessions table's reads need it).
@@ -66,6 +68,7 @@ class AwsClients(NamedTuple):
             sqs=factory.client("sqs", session=session),
             s3=factory.client("s3", session=session),
             dynamodb=factory.client("dynamodb", session=session),
+            secretsmanager=factory.client("secretsmanager", session=session),
         )
 
 

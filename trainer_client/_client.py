@@ -36,6 +36,7 @@ from rollout_contract import (
 )
 from rollout_contract.aws import ClientFactory, new_session
 from rollout_contract.messages import DEFAULT_QUEUE_TIMEOUT_S, SQS_MAX_INLINE_PAYLOAD_BYTES, validate_timeout_s
+from rollout_contract.proof import UnprovenResults
 from rollout_contract.protocol import region_of_arn
 from rollout_contract.retry import RetryPolicy
 from rollout_contract.sessions import SessionRecord
@@ -69,7 +70,7 @@ from trainer_client._sessions import (
     session_record,
 )
 from trainer_client._status import ExperimentStatus, iter_results, read_status
-from trainer_client._stored import read_if_stored
+from trainer_client._stored import ResultReader
 from trainer_client._traces import TraceReader, session_base_url
 from trainer_client._validate import check_json, check_payload
 
@@ -78,6 +79,8 @@ if TYPE_CHECKING:
     from types_boto3_bedrock_agentcore import BedrockAgentCoreClient
     from types_boto3_s3 import S3Client
     from types_boto3_ssm import SSMClient
+
+    from trainer_client._gateway_auth import GatewayAuth
 
 __all__ = ["RolloutClient"]
 
@@ -126,6 +129,11 @@ class RolloutClient:
             from the start, so a backlog drains at the quota's pace instead of timing out.
         required_rollout_fields: ``_rollout`` fields the experiment's agent needs (the descriptor's); a submit
             without one raises :class:`MissingRolloutFieldError` before anything is sent.
+        unproven_results: what to do with a result that carries no proof that the rollout's agent wrote it (D100):
+            ``"reject"`` (default: it ends ``agent_error``, "result not written by the rollout's agent", because
+            anything holding the runtime role's credentials, model-written code included, can write one) or
+            ``"accept"`` (for ART's own agents, which sign nothing; such results are marked
+            ``result.provenance == "unproven"``). A result whose proof does not match is refused either way.
         **extra_config: ``sampling_params``, ``api_key``, ``rollout_config`` (see :class:`RolloutDefaults`).
 
     Raises:
@@ -158,6 +166,7 @@ class RolloutClient:
         gateway_transport: httpx.BaseTransport | None = None,
         queue_timeout: float = DEFAULT_QUEUE_TIMEOUT_S,
         required_rollout_fields: Sequence[str] = (),
+        unproven_results: UnprovenResults | str = UnprovenResults.REJECT,
         **extra_config: Unpack[RolloutDefaults],
     ) -> None:
         rollout = rollout_fields({"base_url": base_url, "model_id": model_id, **extra_config}, "RolloutClient()")
@@ -180,13 +189,21 @@ class RolloutClient:
         )
         self._clients = clients or AwsClients.build(self._factory)
         self._agentcore_client: BedrockAgentCoreClient | None = None
+        secretsmanager = self._clients.secretsmanager or self._factory.client("secretsmanager")
+        self._reader = ResultReader(
+            self._clients.s3, secretsmanager, s3_bucket, self.experiment, _unproven_setting(unproven_results)
+        )
+        self._secretsmanager = secretsmanager
+        self._gateway_auth: GatewayAuth | None = None
         self.dispatch_queue_url = dispatch_queue_url or self._queue_url(self.resources.dispatch_queue.name)
         self.completion_queue_url = completion_queue_url or self._queue_url(self.resources.completion_queue.name)
         self.gateway_url = gateway_url
         self.required_rollout_fields = tuple(required_rollout_fields)
         self._rollout_defaults = rollout
         self._traces = (
-            TraceReader(gateway_url, traces, transport=gateway_transport, workers=poll.fetch_workers)
+            TraceReader(
+                gateway_url, traces, transport=gateway_transport, workers=poll.fetch_workers, auth=self.gateway_auth
+            )
             if gateway_url
             else None
         )
@@ -288,6 +305,17 @@ class RolloutClient:
         if self._agentcore_client is None:
             self._agentcore_client = self._factory.client("bedrock-agentcore")
         return self._agentcore_client
+
+    @property
+    def gateway_auth(self) -> GatewayAuth:
+        """The token gateway's admin credential as ``httpx`` auth (``Authorization: Bearer``, read again on a 401):
+        its admin and trace routes need it (D100). ``httpx.Client(auth=client.gateway_auth)``; for rLLM's
+        ``GatewayClient``: ``gateway_client._http.auth = client.gateway_auth``."""
+        if self._gateway_auth is None:
+            from trainer_client._gateway_auth import GatewayAuth  # httpx: imported only by clients that use a gateway
+
+            self._gateway_auth = GatewayAuth.admin(self._secretsmanager, self.experiment)
+        return self._gateway_auth
 
     def probe_gateway(self) -> TokenTrace | None:
         """One one-token model call through the gateway (``model_id``) in a session of its own; the trace the
@@ -607,14 +635,13 @@ class RolloutClient:
     def _read_key(self, key: str) -> ClientResult | None:
         """The result stored at ``key`` with its traces, or ``None`` when none is stored (S3's 403 rule included)."""
         with aws_call(f"reading s3://{self.s3_bucket}/{key}"):
-            body = read_if_stored(self._clients.s3, self.s3_bucket, key)
-        return self._with_traces(ClientResult.from_json_bytes(body)) if body is not None else None
+            result = self._reader.read_if_stored(key)
+        return self._with_traces(result) if result is not None else None
 
     def _load_event(self, event: ObjectCreated) -> ClientResult:
         # The event names the session: read its token traces while the result object is read.
         traces = self._traces.start(event.result_key.session_id) if self._traces is not None else None
-        body = self._clients.s3.get_object(Bucket=event.bucket, Key=event.key)["Body"].read()
-        result = ClientResult.from_json_bytes(body)
+        result = self._reader.read(event.key)
         if traces is not None:
             result.token_traces = traces.result()
         return result
@@ -755,7 +782,7 @@ class RolloutClient:
             AwsError: a queue, the sessions table or the bucket could not be read.
         """
         with aws_call(f"reading the status of {self.exp_id!r}"):
-            return read_status(self._clients, self.resources, self.s3_bucket, recent, exp_id=self.exp_id)
+            return read_status(self._clients, self.resources, self._reader, recent, exp_id=self.exp_id)
 
     def results(self, statuses: Collection[Status | str] | None = None) -> Iterator[ClientResult]:
         """Yield every stored result under this client's exp_id (one GetObject each), optionally only some statuses.
@@ -800,7 +827,7 @@ class RolloutClient:
             AwsError: the bucket could not be read.
         """
         with aws_call(f"reading the stored results of {len(records)} rollouts of {self.exp_id!r}"):
-            return check_in_flight(self._clients.s3, self.s3_bucket, records, self.exp_id)
+            return check_in_flight(self._reader, records, self.exp_id)
 
     def session(self, session_id: str) -> SessionRecord | None:
         """One rollout's sessions-table item, or ``None`` when no dispatcher recorded ``session_id``.
@@ -840,7 +867,7 @@ class RolloutClient:
 
     def _results(self, wanted: Collection[Status] | None) -> Iterator[ClientResult]:
         with aws_call(f"reading the results of {self.exp_id!r} from s3://{self.s3_bucket}"):
-            yield from iter_results(self._clients.s3, self.s3_bucket, self.exp_id, wanted)
+            yield from iter_results(self._reader, self.exp_id, wanted)
 
     # Lifecycle
 
@@ -918,3 +945,11 @@ def _chunks(entries: list[tuple[str, str]]) -> Iterator[list[tuple[str, str]]]:
         size += entry_size
     if chunk:
         yield chunk
+
+
+def _unproven_setting(value: UnprovenResults | str) -> UnprovenResults:
+    try:
+        return UnprovenResults(value)
+    except ValueError:
+        choices = ", ".join(repr(choice.value) for choice in UnprovenResults)
+        raise ValueError(f"unproven_results={value!r} is not one of {choices}") from None

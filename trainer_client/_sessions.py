@@ -39,9 +39,10 @@ from trainer_client._results import ClientResult
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
     from types_boto3_dynamodb.type_defs import QueryOutputTypeDef, ScanOutputTypeDef
-    from types_boto3_s3 import S3Client
     from types_boto3_sqs import SQSClient
     from types_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
+
+    from trainer_client._stored import ResultReader
 
 __all__ = [
     "CHECKED_INPUT_IDS",
@@ -80,13 +81,14 @@ class InFlightView:
 
 
 def check_in_flight(
-    s3: S3Client, bucket: str, records: Sequence[SessionRecord], exp_id: str, *, limit: int = CHECKED_INPUT_IDS
+    reader: ResultReader, records: Sequence[SessionRecord], exp_id: str, *, limit: int = CHECKED_INPUT_IDS
 ) -> InFlightView:
     """Split ``records`` (as the table lists them) into those still in flight and those whose result is stored.
 
     Costs one ListObjectsV2 per input id (at most ``limit``, in the order listed) and one GetObject per result
-    found, eight at a time. Sandboxes are passed through (a sandbox stores no result).
+    found, eight at a time, each read as its proof allows. Sandboxes are passed through (a sandbox stores no result).
     """
+    s3, bucket = reader.s3, reader.bucket
     keys = {
         record.session_id: ResultKey(record.exp_id or exp_id, record.input_id, record.session_id)
         for record in records
@@ -100,12 +102,9 @@ def check_in_flight(
         pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
         return [entry["Key"] for page in pages for entry in page.get("Contents", []) if entry["Key"] in wanted]
 
-    def read(key: str) -> ClientResult:
-        return ClientResult.from_json_bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
-
     with ThreadPoolExecutor(_READERS) as pool:
         stored = [key for found in pool.map(listed, checked) for key in found]
-        results = {result.session_id: result for result in pool.map(read, stored)}
+        results = {result.session_id: result for result in pool.map(reader.read, stored)}
     return InFlightView(
         in_flight=[record for record in records if record.session_id not in results],
         ended=[(record, results[record.session_id]) for record in records if record.session_id in results],

@@ -15,6 +15,7 @@ from rollout_contract import ExperimentResources, Status, experiment_prefix, is_
 from trainer_client._aws import AwsClients
 from trainer_client._results import ClientResult
 from trainer_client._sessions import in_flight_query
+from trainer_client._stored import ResultReader
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
@@ -51,7 +52,7 @@ class ExperimentStatus:
 
 
 def read_status(
-    clients: AwsClients, resources: ExperimentResources, bucket: str, recent: int, *, exp_id: str | None = None
+    clients: AwsClients, resources: ExperimentResources, reader: ResultReader, recent: int, *, exp_id: str | None = None
 ) -> ExperimentStatus:
     """Read queue depths, the in-flight count and the ``recent`` newest results of ``exp_id`` (default: all runs);
     the result prefix is listed only for ``recent`` > 0."""
@@ -72,7 +73,7 @@ def read_status(
                 )
             )
     newest = (
-        heapq.nlargest(recent, _result_objects(clients.s3, bucket, exp_id), key=lambda o: o["LastModified"])
+        heapq.nlargest(recent, _result_objects(reader.s3, reader.bucket, exp_id), key=lambda o: o["LastModified"])
         if recent > 0
         else []
     )
@@ -80,7 +81,7 @@ def read_status(
         exp_id,
         queues,
         count_in_flight(clients.require_dynamodb(), resources, exp_id=exp_id),
-        [_read(clients.s3, bucket, obj["Key"]) for obj in newest],
+        [reader.read(obj["Key"]) for obj in newest],
     )
 
 
@@ -112,14 +113,11 @@ def iter_result_keys(s3: S3Client, bucket: str, exp_id: str) -> Iterator[str]:
 
 
 def iter_results(
-    s3: S3Client, bucket: str, exp_id: str, statuses: Collection[Status] | None = None
+    reader: ResultReader, exp_id: str, statuses: Collection[Status] | None = None
 ) -> Iterator[ClientResult]:
-    """Yield every stored result under ``exp_id`` (one GetObject each), optionally filtered by status."""
-    for key in iter_result_keys(s3, bucket, exp_id):
-        result = _read(s3, bucket, key)
+    """Yield every stored result under ``exp_id`` as its proof allows (one GetObject each), optionally filtered by
+    status."""
+    for key in iter_result_keys(reader.s3, reader.bucket, exp_id):
+        result = reader.read(key)
         if statuses is None or result.status in statuses:
             yield result
-
-
-def _read(s3: S3Client, bucket: str, key: str) -> ClientResult:
-    return ClientResult.from_json_bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())

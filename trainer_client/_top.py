@@ -36,7 +36,7 @@ from rollout_contract.resources import BUDGET_PARTITION_KEY, ExperimentDescripto
 from rollout_contract.sessions import SessionRecord
 from trainer_client._results import ClientResult
 from trainer_client._sessions import check_in_flight, in_flight_sessions, recent_failures
-from trainer_client._stored import read_if_stored
+from trainer_client._stored import ResultReader
 from trainer_client._traces import SERVED_VERSIONS_PATH
 from trainer_client.staleness import Staleness
 
@@ -143,7 +143,10 @@ class Watch:
         self.resources = descriptor.resources
         self.exp_id = join_exp_id(descriptor.exp_id, run)
         factory = ClientFactory(region=descriptor.region, endpoints=descriptor.endpoints, max_pool_connections=4)
-        self._clients = factory.clients("sqs", "s3", "dynamodb", "cloudwatch")
+        self._clients = factory.clients("sqs", "s3", "dynamodb", "cloudwatch", "secretsmanager")
+        self._results = ResultReader(
+            self._clients["s3"], self._clients["secretsmanager"], descriptor.results_bucket, descriptor.exp_id
+        )
         self._reasons: dict[str, FailureReason] = {}
         self._queue_urls: dict[str, str] = {}
         self._queue_specs = (self.resources.dispatch_queue, self.resources.completion_queue)
@@ -152,7 +155,7 @@ class Watch:
         """Read one snapshot."""
         now = time.time()
         records = in_flight_sessions(self._clients["dynamodb"], self.resources, self.exp_id)
-        view = check_in_flight(self._clients["s3"], self.descriptor.results_bucket, records, self.exp_id)
+        view = check_in_flight(self._results, records, self.exp_id)
         failures, complete = self._latest_failures(now, view.ended)
         states: dict[str, int] = {}
         for record in view.in_flight:
@@ -193,7 +196,10 @@ class Watch:
         import httpx  # here: httpx takes 0.1-0.2 s to import, and only this part of the view needs it
 
         try:
-            response = httpx.get(gateway.rstrip("/") + SERVED_VERSIONS_PATH, timeout=GATEWAY_TIMEOUT_S)
+            from trainer_client._gateway_auth import GatewayAuth
+
+            auth = GatewayAuth.admin(self._clients["secretsmanager"], self.descriptor.exp_id)
+            response = httpx.get(gateway.rstrip("/") + SERVED_VERSIONS_PATH, timeout=GATEWAY_TIMEOUT_S, auth=auth)
             response.raise_for_status()
             return ServedStaleness.from_gateway(response.json())
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
@@ -310,9 +316,7 @@ class Watch:
         input_id = record.input_id or "-"
         if result is None and record.input_id is not None:
             key = ResultKey(record.exp_id or self.exp_id, record.input_id, record.session_id)
-            stored = read_if_stored(self._clients["s3"], self.descriptor.results_bucket, str(key))
-            if stored is not None:
-                result = ClientResult.from_json_bytes(stored)
+            result = self._results.read_if_stored(str(key))
         if result is None:
             return FailureReason(record.session_id, input_id, record.status or "-", "no result stored")
         reason = result.error.message if result.error else (result.stop_reason or "-")

@@ -50,6 +50,7 @@ class TraceReader:
         *,
         transport: httpx.BaseTransport | None = None,
         workers: int = 8,
+        auth: httpx.Auth | None = None,
     ):
         import httpx  # here: the `rollouts` commands import this module, and httpx takes 0.1-0.2 s to import
 
@@ -59,6 +60,7 @@ class TraceReader:
             timeout=settings.timeout_s + settings.settle_s,
             transport=transport,
             limits=httpx.Limits(max_connections=workers, max_keepalive_connections=workers),
+            auth=auth,
         )
         self._settled_route = True
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="rollouts-traces")

@@ -30,6 +30,7 @@ from botocore.exceptions import ClientError as BotoClientError
 
 from rollout_contract import ExperimentDescriptor, ExperimentResources, Status, validate_experiment
 from rollout_contract.aws import ClientFactory, Clients, Service, error_code, error_message
+from rollout_contract.credentials import SecretReadError
 from rollout_contract.protocol import RUNTIME_READY, runtime_id
 from rollout_contract.resources import FUNCTION_ROLES, QUEUE_LABELS, SESSIONS_PARTITION_KEY, result_event_pattern
 from rollout_contract.sessions import ATTR_ATTEMPTS, ATTR_STATE, SessionState
@@ -302,6 +303,41 @@ def check_rule_targets(exp: Experiment) -> CheckResult:
     return CheckResult("rule targets", True, f"{name} -> {', '.join(wanted.values())}")
 
 
+def check_gateway(exp: Experiment) -> CheckResult:
+    """The token gateway asks who is calling (D100): an admin route refuses a caller without a key and takes the
+    experiment's admin key (the README's network isolation is the second layer, not the only one)."""
+    url = (exp.descriptor.gateway_url or "").rstrip("/")
+    if not url:
+        return CheckResult("gateway", True, "the experiment names no token gateway (agents call their base_url)")
+    import httpx
+
+    from trainer_client._gateway_auth import GatewayAuth
+
+    secrets = ClientFactory(region=exp.descriptor.region, endpoints=exp.descriptor.endpoints).client("secretsmanager")
+    start = f"run it as `python -m trainer_client.gateway --experiment {exp.descriptor.exp_id}` on a host whose role "
+    try:
+        anonymous = httpx.get(url + "/admin/workers", timeout=10).status_code
+        trainer = httpx.get(
+            url + "/admin/workers", timeout=10, auth=GatewayAuth.admin(secrets, exp.descriptor.exp_id)
+        ).status_code
+    except httpx.HTTPError as exc:
+        return CheckResult(
+            "gateway", False, f"{url} did not answer ({type(exc).__name__}: {exc})", start + "is the trainer role"
+        )
+    except SecretReadError as exc:
+        return CheckResult("gateway", False, str(exc), exp.redeploy)
+    if anonymous != 401:
+        found = (
+            f"{url} answers GET /admin/workers without a key (HTTP {anonymous}): anything that reaches it can send "
+            "every agent's model calls to a server of its choosing and read every session's tokens"
+        )
+        return CheckResult("gateway", False, found, start + "is the trainer role")
+    if trainer != 200:
+        found = f"{url} refuses the experiment's admin key (HTTP {trainer})"
+        return CheckResult("gateway", False, found, start + "may read the experiment's gateway secrets")
+    return CheckResult("gateway", True, f"{url} refuses callers without a key and takes the experiment's admin key")
+
+
 def check_runtime(exp: Experiment) -> CheckResult:
     """The agent runtime exists and is READY (control plane ``GetAgentRuntime``)."""
     arn = exp.descriptor.runtime_arn
@@ -451,6 +487,7 @@ CHECKS: tuple[Check, ...] = (
     check_bucket_events,
     check_result_rule,
     check_rule_targets,
+    check_gateway,
     check_runtime,
     check_quotas,
     *(function_check(role) for role in FUNCTION_ROLES),

@@ -61,6 +61,9 @@ from rllm_model_gateway.middleware import SessionRoutingMiddleware
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from rollout_contract.aws import ClientFactory
+from rollout_contract.ids import InvalidIdError, validate_experiment
+from trainer_client._gateway_auth import GatewayKeys, RequireCredentials
 from trainer_client._gateway_traces import SERVED_WINDOW_S, WeightVersion, install, record_version
 from trainer_client._traces import CALLS_IN_FLIGHT_HEADER, SERVED_VERSIONS_PATH, SETTLED_TRACES_PATH
 
@@ -264,9 +267,13 @@ def _none_first(item: tuple[int | None, int]) -> tuple[bool, int]:
     return item[0] is not None, item[0] or 0
 
 
-def create_settled_app(config: GatewayConfig) -> FastAPI:
+def create_settled_app(config: GatewayConfig, keys: GatewayKeys | None = None) -> FastAPI:
     """The rllm-model-gateway app for ``config``, with call counting, session sampling parameters, the
-    settled-traces route, and routing and weight versions in the traces."""
+    settled-traces route, and routing and weight versions in the traces.
+
+    With ``keys``, every route but ``GET /health`` answers 401 to a caller without a key they accept, before anything
+    is recorded (:mod:`trainer_client._gateway_auth`); without, the app is open (tests, a gateway behind its own
+    authentication)."""
     install()
     app = create_app(config)
     proxy, store = app.state.proxy, app.state.store
@@ -325,6 +332,8 @@ def create_settled_app(config: GatewayConfig) -> FastAPI:
     ours = app.router.routes[-len(routes) :]
     app.router.routes[:] = [*ours, *app.router.routes[: -len(routes)]]
     app.add_middleware(_CountCalls, calls=calls, pending_writes=pending_writes)
+    if keys is not None:
+        app.add_middleware(RequireCredentials, keys=keys)  # outermost: a refused call is neither counted nor recorded
     return app
 
 
@@ -334,10 +343,23 @@ class WeightVersionBody(BaseModel):
     weight_version: int = Field(ge=0)
 
 
-def _config(argv: Sequence[str] | None) -> GatewayConfig:
+def _config(argv: Sequence[str] | None) -> tuple[GatewayConfig, GatewayKeys | None]:
     parser = argparse.ArgumentParser(
         prog="python -m trainer_client.gateway",
         description="rllm-model-gateway with an exact settled-traces read for the trainer.",
+    )
+    who = parser.add_mutually_exclusive_group(required=True)
+    who.add_argument(
+        "--experiment",
+        action="append",
+        metavar="NAME",
+        help="accept the credentials of experiment NAME (repeat for several): its model-call key on model calls, "
+        "its admin key everywhere, read from Secrets Manager with this host's AWS credentials (the trainer role's)",
+    )
+    who.add_argument(
+        "--open",
+        action="store_true",
+        help="accept every caller: anything that reaches the gateway can register workers and read every trace",
     )
     parser.add_argument("--config", help="YAML file with GatewayConfig fields (flags override it)")
     parser.add_argument("--host")
@@ -357,16 +379,23 @@ def _config(argv: Sequence[str] | None) -> GatewayConfig:
         data["log_level"] = args.log_level
     if args.worker:
         data["workers"] = [{"url": url, "worker_id": str(i)} for i, url in enumerate(args.worker)]
-    return GatewayConfig(**data)
+    if args.open:
+        return GatewayConfig(**data), None
+    for name in args.experiment:
+        try:
+            validate_experiment(name)
+        except InvalidIdError as exc:
+            parser.error(f"--experiment {name!r}: {exc}")
+    return GatewayConfig(**data), GatewayKeys.of_experiments(args.experiment, ClientFactory().client("secretsmanager"))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Serve the gateway until interrupted."""
     import uvicorn
 
-    config = _config(argv)
+    config, keys = _config(argv)
     uvicorn.run(
-        create_settled_app(config),
+        create_settled_app(config, keys),
         host=config.host,
         port=config.port,
         log_level=config.log_level.lower(),

@@ -27,7 +27,8 @@ async def invoke(payload):
     }
     # The gateway is plain HTTP on 127.0.0.1: a client with verification on would load the CA bundle into a TLS
     # context first (28% of a session's CPU in the batch of 32, where the agents share 2 cores with the stack).
-    async with httpx.AsyncClient(timeout=60, trust_env=False, verify=False) as http:
+    headers = {"Authorization": f"Bearer {rollout.get('api_key') or 'none'}"}  # the experiment's model-call key
+    async with httpx.AsyncClient(timeout=60, trust_env=False, verify=False, headers=headers) as http:
         for _ in range(int(payload.get("calls", 2))):
             async with http.stream("POST", f"{rollout['base_url']}/chat/completions", json=request) as response:
                 response.raise_for_status()

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from local_stack.gateway import admin_auth
 from local_stack.stack import LocalStack, StackSettings
 from rollout_contract import RolloutResult, Status
 from trainer_client import PollSettings, RolloutClient
@@ -78,7 +79,8 @@ def shared_test_client(experiment: str) -> Iterator[RolloutClient]:
 
 def gateway_traces(stack: LocalStack, session_id: str) -> list[dict]:
     """What the gateway recorded for a session, read over its HTTP API."""
-    return httpx.get(f"{stack.gateway_url}/sessions/{session_id}/traces", timeout=10).json()
+    auth = admin_auth(str(stack.moto_url), stack.settings.experiments[0])  # trace reads need the admin key (D100)
+    return httpx.get(f"{stack.gateway_url}/sessions/{session_id}/traces", timeout=10, auth=auth).json()
 
 
 async def cancel_once_submitted(client: RolloutClient, work: Awaitable[object]) -> list[RolloutResult]:

@@ -30,14 +30,14 @@ EMULATOR_MAX_PAYLOAD = 300 * 1024
 
 
 def scripted_stack(run_dir: Path, experiment: str, **settings: Any) -> LocalStack:
-    """A local stack whose runtime runs the scripted agent, sweeping every second."""
+    """A local stack whose runtime runs the scripted agent, sweeping every second (no gateway unless asked)."""
     runtime_options = {"preload": AGENT_PRELOAD, **settings.pop("runtime_options", {})}
+    settings.setdefault("gateway", False)
     return LocalStack(
         StackSettings(
             run_dir=run_dir,
             experiments=(experiment,),
             agent_command=(sys.executable, str(SCRIPTED_AGENT)),
-            gateway=False,
             sweep_interval_s=1.0,
             runtime_options=runtime_options,
             **settings,
@@ -45,9 +45,10 @@ def scripted_stack(run_dir: Path, experiment: str, **settings: Any) -> LocalStac
     )
 
 
-def connect(stack: LocalStack, experiment: str = EXP) -> RolloutClient:
-    """A trainer client of ``experiment`` on ``stack``, found through its descriptor as a user would."""
-    return RolloutClient.for_experiment(experiment, poll=PollSettings(wait_time_s=1, deadline_grace_s=30))
+def connect(stack: LocalStack, experiment: str = EXP, **options: Any) -> RolloutClient:
+    """A trainer client of ``experiment`` on ``stack``, found through its descriptor as a user would (``options``:
+    more of ``RolloutClient``'s keywords)."""
+    return RolloutClient.for_experiment(experiment, poll=PollSettings(wait_time_s=1, deadline_grace_s=30), **options)
 
 
 def emulator_counters(stack: LocalStack) -> dict[str, int]:

@@ -26,12 +26,15 @@ import pytest
 from e2e_support import EMULATOR_MAX_PAYLOAD, EXP, run_trainer_process, scripted_stack, serving, wait_until
 from iam_support import start_synth, synthesized
 
+from local_stack.aws_requests import secret_arn
 from local_stack.call_log import RecordedCall
 from local_stack.deployed_policies import Audit, DeployedPolicies, audit
+from local_stack.iam_policy import Decision, Request, evaluate
 from local_stack.moto_server import AWS_SERVICE_COMPONENTS, LOCAL_ACCOUNT_ID, LOCAL_REGION, credentials
 from local_stack.stack import LocalStack, runtime_arn
 from rollout_contract import Status
 from rollout_contract.budgets import SESSION_BUDGET_ID, held_attribute
+from rollout_contract.credentials import ExperimentSecret
 from rollout_contract.messages import CancelRequest
 from rollout_contract.resources import BUDGET_PARTITION_KEY, BUDGET_TABLE, LOCAL_RESULTS_BUCKET, results_bucket_name
 from trainer_client import PollSettings, RolloutClient
@@ -123,6 +126,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
     stack = scripted_stack(
         root / "stack",
         EXP,
+        gateway=True,  # the trainer's role runs it: it reads the experiment's gateway keys (D100)
         record_calls=True,
         session_budget=SESSION_BUDGET,
         emulator_options={"max_payload_bytes": EMULATOR_MAX_PAYLOAD},
@@ -208,6 +212,8 @@ def _drive(stack: LocalStack, root: Path) -> None:
         too_big = client.invoke({"action": "succeed", "blob": "x" * (EMULATOR_MAX_PAYLOAD + 1024)}, input_id="big")
         statuses = [f.result(timeout=RESULT_WAIT_S).status for f in (ok, raises, crashes, too_big)]
         assert statuses == [Status.SUCCEEDED, Status.AGENT_ERROR, Status.TIMED_OUT, Status.DISPATCH_FAILED]
+        # A model call through the gateway with the trainer's key (the gateway checks it against both keys).
+        assert client.probe_gateway() is not None
         # A cancel that comes too late: the dispatcher's write loses to the stored result, which it reads.
         late_cancel = CancelRequest(exp_id=EXP, input_id="ok", session_id=ok.session_id, trainer=client.trainer_id)
         boto3.client("sqs").send_message(QueueUrl=dispatch_url, MessageBody=late_cancel.to_body())
@@ -290,3 +296,38 @@ def test_every_granted_action_is_used_or_explained(recorded: Recorded) -> None:
         )
     ]
     assert stale == [], "NOT_RECORDED names grants that calls do use, or that no longer exist"
+
+
+def test_the_experiments_secrets_are_read_by_whom_they_are_granted_and_no_further(recorded: Recorded) -> None:
+    # GIVEN the recorded Secrets Manager reads and the roles CDK synthesizes
+    reads = {
+        (call.component, authorization.resources[0].rpartition(":secret:")[2].removesuffix("-??????"))
+        for call in recorded.calls
+        for authorization in call.authorizations
+        if authorization.action == "secretsmanager:GetSecretValue"
+    }
+    names = {secret: secret.secret_name(EXP) for secret in ExperimentSecret}
+    # THEN the new grants were used: the functions that write results and the trainer read the key results are
+    # proven with, the agent its model-call key, the trainer (and its gateway) the gateway's keys
+    assert reads == {
+        ("dispatcher", names[ExperimentSecret.RESULT_KEY]),
+        ("sweeper", names[ExperimentSecret.RESULT_KEY]),
+        ("trainer", names[ExperimentSecret.RESULT_KEY]),
+        ("agent", names[ExperimentSecret.MODEL_KEY]),
+        ("trainer", names[ExperimentSecret.MODEL_KEY]),
+        ("trainer", names[ExperimentSecret.ADMIN_KEY]),
+    }
+
+    # AND the runtime role may read its own experiment's model-call key and nothing else: not the key results are
+    # proven with (code in the session holding its credentials could sign a forged result), not the gateway's admin
+    # key, and no secret of another experiment
+    def agent_may_read(experiment: str, secret: ExperimentSecret) -> bool:
+        arn, statements = recorded.policies.roles[recorded.roles["agent"]]
+        resource = secret_arn(LOCAL_REGION, LOCAL_ACCOUNT_ID, secret.secret_name(experiment))
+        request = Request(arn, "secretsmanager:GetSecretValue", resource, {}, frozenset())
+        return evaluate(request, statements).decision is Decision.ALLOW
+
+    assert agent_may_read(EXP, ExperimentSecret.MODEL_KEY)
+    assert not agent_may_read(EXP, ExperimentSecret.RESULT_KEY)
+    assert not agent_may_read(EXP, ExperimentSecret.ADMIN_KEY)
+    assert not any(agent_may_read("another-experiment", secret) for secret in ExperimentSecret)

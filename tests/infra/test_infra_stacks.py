@@ -18,6 +18,7 @@ from aws_cdk.assertions import Match, Template
 from infra.functions import powertools_version
 from infra.nag import add_nag_checks
 from rollout_contract.budgets import SESSION_BUDGET_ID
+from rollout_contract.credentials import ExperimentSecret
 from rollout_contract.keys import experiment_prefix, payload_ref_prefix
 from rollout_contract.metrics import (
     COMPLETED,
@@ -390,6 +391,32 @@ def test_runtime_role_may_write_results_only_under_the_experiment_prefix(synth: 
     assert put["Condition"] == {"StringEquals": {"s3:if-none-match": "*"}}
 
 
+def names_secret(experiment: str) -> str:
+    return ExperimentSecret.RESULT_KEY.secret_name(experiment)
+
+
+def test_runtime_role_reads_only_its_own_experiments_model_key(synth: Synthesized) -> None:
+    # GIVEN the runtime's execution role and the stack's secrets
+    template = synth.experiments["alpha"]
+    statements = _statements(template, "AgentExecutionRoleDefaultPolicy")
+    model_key = _logical_id(
+        template, "AWS::SecretsManager::Secret", Name=ExperimentSecret.MODEL_KEY.secret_name("alpha")
+    )
+    # WHEN its Secrets Manager grants are collected
+    secret_grants = {pair for pair in _grants(statements) if pair[0].startswith("secretsmanager:")}
+    # THEN it may read the model-call credential of its experiment and nothing else: not the experiment key results
+    # are proven with (model-written code holding these credentials could sign a forged result), nor the gateway's
+    # admin credential (D100)
+    assert secret_grants == {("secretsmanager:GetSecretValue", f"<{model_key}>")}
+    # AND every secret is created by the stack with a generated value, named by the contract
+    secrets = {
+        resource["Properties"]["Name"]: resource["Properties"]
+        for resource in _resources(template, "AWS::SecretsManager::Secret").values()
+    }
+    assert set(secrets) == {secret.secret_name("alpha") for secret in ExperimentSecret}
+    assert all(properties["GenerateSecretString"]["PasswordLength"] >= 32 for properties in secrets.values())
+
+
 def _bucket() -> str:
     return "agentcore-rollouts-results-<AWS::AccountId>-<AWS::Region>"
 
@@ -449,6 +476,11 @@ def test_lambda_roles_hold_exactly_their_grants(synth: Synthesized) -> None:
     for role in ("WorkersDispatcherRole", "WorkersSweeperRole"):
         (put,) = [s for s in _statements(template, role) if s["Action"] == "s3:PutObject"]
         assert put["Condition"] == {"StringEquals": {"s3:if-none-match": "*"}}
+    # AND the result writers read the experiment key that signs their results, the finisher no secret (D100)
+    result_key = f"<{_logical_id(template, 'AWS::SecretsManager::Secret', Name=names_secret('alpha'))}>"
+    for name, wanted in (("Dispatcher", {result_key}), ("Sweeper", {result_key}), ("Finisher", set())):
+        assert {r for a, r in grants[name] if a.startswith("secretsmanager:")} == wanted
+        assert {a for a, _ in grants[name] if a.startswith("secretsmanager:")} <= {"secretsmanager:GetSecretValue"}
     # AND the dispatcher lists only its experiment's result and payload keys (its check for a stored result)
     listing = next(s for s in _statements(template, "WorkersDispatcherRole") if s["Action"] == "s3:ListBucket")
     assert listing["Condition"] == {
@@ -484,8 +516,14 @@ def test_trainer_role_grants_exactly_what_a_trainer_needs(synth: Synthesized) ->
         for name in (names.finisher_queue.name, names.finisher_queue.dlq_name)
     ]
     rule = f"<{_logical_id(template, 'AWS::Events::Rule', Name=names.result_rule_name)}.Arn>"
+    secrets = [
+        f"<{_logical_id(template, 'AWS::SecretsManager::Secret', Name=secret.secret_name('alpha'))}>"
+        for secret in ExperimentSecret
+    ]
     # WHEN its grants are collected THEN they are exactly the trainer's needs, and rollouts doctor's reads
     assert _grants(statements) == {
+        # the experiment's secrets: results' proofs, the gateway's model-call and admin credentials (D100)
+        *{("secretsmanager:GetSecretValue", secret) for secret in secrets},
         ("sqs:SendMessage", dispatch_queue),
         ("sqs:GetQueueAttributes", dispatch_queue),
         ("sqs:GetQueueUrl", dispatch_queue),

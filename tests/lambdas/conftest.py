@@ -29,7 +29,10 @@ from lambdas.runtime import AwsClients, Runtime, current_runtime
 from rollout_budgets.ledger import Recorded
 from rollout_contract.aws import ClientFactory
 from rollout_contract.budgets import ATTR_NEXT_AT, tps_budget_id
+from rollout_contract.credentials import ExperimentSecret, new_secret_value
+from rollout_contract.keys import ResultKey
 from rollout_contract.messages import CancelRequest, DispatchRequest
+from rollout_contract.proof import Provenance, ResultProof
 from rollout_contract.protocol import DEFAULT_QUALIFIER, ERROR_TYPE_HEADER, SESSION_HEADER, AcrError
 from rollout_contract.resources import (
     BUDGET_PARTITION_KEY,
@@ -253,12 +256,26 @@ class Env:
         return response.get("Messages", [])
 
 
+def experiment_proof(env: Env) -> ResultProof:
+    """The experiment key's proof, read as the trainer reads it."""
+    return ResultProof.from_secret(env.rt.clients.secretsmanager, EXP_ID)
+
+
+def stored_provenance(env: Env, key: ResultKey) -> Provenance:
+    """What the result object stored at ``key`` proves about its writer."""
+    stored = env.rt.clients.s3.get_object(Bucket=BUCKET, Key=str(key))
+    return experiment_proof(env).check(key.session_id, stored["Body"].read(), stored["Metadata"])
+
+
 @pytest.fixture
 def env(aws: None, acr: AcrDouble, settings: HandlerSettings, monkeypatch: pytest.MonkeyPatch) -> Env:
     """Bucket, tables and queues from the contract's definitions, and a runtime wired to them."""
     resources = ExperimentResources.for_experiment(EXP_ID)
     session = ClientFactory(region=REGION).session()  # the test process's (the ``aws`` fixture's shared sessions)
-    s3, sqs, dynamodb, events = (session.client(name) for name in ("s3", "sqs", "dynamodb", "events"))
+    s3, sqs, dynamodb, events, secretsmanager = (
+        session.client(name) for name in ("s3", "sqs", "dynamodb", "events", "secretsmanager")
+    )
+    secretsmanager.create_secret(Name=ExperimentSecret.RESULT_KEY.secret_name(EXP_ID), SecretString=new_secret_value())
     s3.create_bucket(Bucket=BUCKET)
     dynamodb.create_table(**resources.sessions_table.create_table_request())
     dynamodb.create_table(**BUDGET_TABLE.create_table_request())
@@ -281,7 +298,8 @@ def env(aws: None, acr: AcrDouble, settings: HandlerSettings, monkeypatch: pytes
     for name, value in settings.to_env().items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE", acr.url)
-    rt = Runtime.build(settings, AwsClients(s3=s3, sqs=sqs, dynamodb=dynamodb, agentcore=agentcore))
+    clients = AwsClients(s3=s3, sqs=sqs, dynamodb=dynamodb, agentcore=agentcore, secretsmanager=secretsmanager)
+    rt = Runtime.build(settings, clients)
     return Env(
         rt=rt,
         acr=acr,

@@ -16,6 +16,7 @@ from lambdas.runtime import Runtime
 from rollout_budgets.ledger import Admission
 from rollout_contract.budgets import ATTR_NEXT_AT, tps_budget_id
 from rollout_contract.keys import payload_ref_key
+from rollout_contract.proof import Provenance
 from rollout_contract.protocol import (
     ACCESS_DENIED,
     INTERNAL_SERVER,
@@ -27,7 +28,7 @@ from rollout_contract.protocol import (
     VALIDATION,
 )
 from rollout_contract.resources import BUDGET_PARTITION_KEY
-from rollout_contract.results import ROLLOUT_FIELD, RolloutResult, Status
+from rollout_contract.results import PROOF_KEY_FIELD, ROLLOUT_FIELD, RolloutResult, Status
 from rollout_contract.sessions import SessionState
 from tests.lambdas.conftest import (
     BUCKET,
@@ -36,10 +37,12 @@ from tests.lambdas.conftest import (
     STOP,
     CallCounter,
     Env,
+    experiment_proof,
     failed_ids,
     punctual,
     reserve_budget_ahead,
     sqs_event,
+    stored_provenance,
 )
 
 
@@ -67,6 +70,9 @@ def test_start_message_invokes_the_session_once_with_ids_and_timings(env: Env) -
     assert rollout["submitted_at"] == request.submitted_at
     assert request.submitted_at <= rollout["dispatched_at"] <= time.time()
     assert call.body["prompt"] == "2+2"
+    # AND _rollout carries the session's proof key, the one the experiment key derives for this session (D100)
+    assert rollout[PROOF_KEY_FIELD] == experiment_proof(env).session_key(request.session_id)
+    assert rollout[PROOF_KEY_FIELD] != experiment_proof(env).session_key(env.start_request().session_id)
     # AND the rollout is running and holds one slot
     assert env.rt.ledger.get(request.session_id).state is SessionState.RUNNING
     assert env.rt.ledger.slots_held() == (1, 1)
@@ -198,6 +204,8 @@ def test_final_invoke_error_ends_the_rollout_as_dispatch_failed(env: Env, error)
     assert result.status is Status.DISPATCH_FAILED
     assert result.error.type == error.code
     assert result.timings.submitted_at == request.submitted_at
+    # AND the dispatcher's own result proves it came from the experiment's functions (D100)
+    assert stored_provenance(env, request.key) is Provenance.PROVEN
 
 
 def test_exhausted_retries_end_the_rollout_as_dispatch_failed(env: Env) -> None:

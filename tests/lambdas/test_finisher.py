@@ -93,6 +93,23 @@ def test_result_event_stops_the_session_marks_it_finished_and_frees_the_slot(
     assert measures["StopTokenWait"] == pytest.approx([0.0], abs=0.2)
 
 
+def test_an_object_that_is_no_result_document_ends_the_rollout_as_agent_error(env: Env) -> None:
+    # GIVEN a running rollout at whose key something else stored a bare success (no ids), before the agent (D100)
+    request = env.start_request()
+    assert dispatch(request, receive_count=1, rt=env.rt) is DispatchOutcome.INVOKED
+    env.rt.clients.s3.put_object(Bucket=BUCKET, Key=str(request.key), Body=b'{"rewards": 1.0}', IfNoneMatch="*")
+
+    # WHEN the finisher handles its event
+    response = finisher.handler(sqs_event(env.receive(env.finisher_queue_url)), None)
+
+    # THEN the rollout still ends (stopped, finished, its slot free) as the trainer reads it: not the agent's
+    assert response == {"batchItemFailures": []}
+    assert [c.session_id for c in env.acr.calls_of(STOP)] == [request.session_id]
+    record = env.rt.ledger.get(request.session_id)
+    assert (record.state, record.status) == (SessionState.FINISHED, "agent_error")
+    assert env.rt.ledger.slots_held() == (0, 0)
+
+
 @pytest.mark.parametrize(
     ("handler_fields", "status"),
     [

@@ -20,11 +20,12 @@ from rollout_budgets.ledger import STALE_EXPERIMENT_S, Transition
 from rollout_contract.budgets import SESSION_BUDGET_ID, held_attribute, seen_attribute
 from rollout_contract.messages import DispatchRequest
 from rollout_contract.metrics import OVERDUE_GRACE_S
+from rollout_contract.proof import Provenance
 from rollout_contract.protocol import THROTTLING
 from rollout_contract.resources import BUDGET_PARTITION_KEY
 from rollout_contract.results import Status
 from rollout_contract.sessions import SessionState
-from tests.lambdas.conftest import STOP, Env, sqs_event
+from tests.lambdas.conftest import STOP, Env, sqs_event, stored_provenance
 from tests.lambdas.test_finisher import agent_writes_result, art_agent_writes_result, emf_blobs
 
 #: Rollouts a mass failure leaves overdue at once in these tests: more than the sweeper's workers, so some
@@ -122,6 +123,7 @@ def test_overdue_rollout_ends_timed_out_is_stopped_and_frees_its_slot(env: Env) 
     assert (report.overdue, report.finished) == (1, 1)
     result = env.rt.store.read(request.key)
     assert (result.status, result.error.type) == (Status.TIMED_OUT, "DeadlineExceeded")
+    assert stored_provenance(env, request.key) is Provenance.PROVEN  # signed, as the agent's would be (D100)
     assert [c.session_id for c in env.acr.calls_of(STOP)] == [request.session_id]
     assert env.rt.ledger.get(request.session_id).status == Status.TIMED_OUT.value
     assert env.rt.ledger.slots_held() == (0, 0)

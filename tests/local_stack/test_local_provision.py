@@ -11,6 +11,7 @@ from local_stack.moto_server import LOCAL_REGION, endpoints_for
 from local_stack.provision import AwsClients, ProvisionedExperiment, provision_experiment, provision_shared
 from local_stack.stack import runtime_arn
 from rollout_contract import ExperimentDescriptor, ExperimentResources, result_key
+from rollout_contract.credentials import ExperimentSecret, read_secret
 from rollout_contract.keys import payload_ref_key
 from rollout_contract.resources import BUDGET_TABLE, INFLIGHT_INDEX, LOCAL_RESULTS_BUCKET
 
@@ -57,6 +58,22 @@ def test_provisioning_twice_leaves_the_same_resources(aws: AwsClients, moto) -> 
     assert names == {resources.dispatch_queue.name, resources.dispatch_queue.dlq_name}
     targets = aws.events.list_targets_by_rule(Rule=resources.result_rule_name)["Targets"]
     assert len(targets) == 2
+
+
+def test_the_experiments_secrets_are_created_once_with_random_values(aws: AwsClients, moto) -> None:
+    # GIVEN two experiments, one provisioned twice
+    _provision(aws, moto.url, "prov-secrets")
+
+    def values(exp_id: str) -> dict[ExperimentSecret, str]:
+        return {secret: read_secret(aws.secretsmanager, exp_id, secret) for secret in ExperimentSecret}
+
+    first = values("prov-secrets")
+    _provision(aws, moto.url, "prov-secrets")
+    _provision(aws, moto.url, "prov-secrets-2")
+    # THEN each experiment has its three secrets (D100), kept as they were, each value its own and hard to guess
+    assert values("prov-secrets") == first
+    every = [*first.values(), *values("prov-secrets-2").values()]
+    assert len(set(every)) == 6 and all(len(value) >= 64 for value in every)
 
 
 def test_result_put_under_the_experiment_prefix_reaches_completion_and_finisher_queues(

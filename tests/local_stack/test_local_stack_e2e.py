@@ -48,10 +48,15 @@ def test_a_rollout_runs_end_to_end_with_token_traces_and_leaves_no_agent_behind(
         # WHEN the trainer client invokes one rollout and waits for it
         future = client.invoke({"prompt": problem["prompt"], "answer": problem["answer"]}, timeout=60)
         result = future.result(timeout=60)
-        traces = httpx.get(f"{stack.gateway_url}/sessions/{future.session_id}/traces", timeout=5).json()
+        trace_url = f"{stack.gateway_url}/sessions/{future.session_id}/traces"
+        traces = httpx.get(trace_url, timeout=5, auth=client.gateway_auth).json()
+        # AND the gateway refuses the same read without the trainer's admin key, and a model call without a key
+        unauthenticated = httpx.get(trace_url, timeout=5).status_code
+        model_call = httpx.post(f"{stack.gateway_url}/sessions/x/v1/chat/completions", json={}, timeout=5).status_code
         client.close()
     # THEN it succeeded with the full reward, its model calls were traced with tokens, and nothing is left running
     assert result.ok and result.reward == 1.0
     assert traces and all(t["completion_token_ids"] and t["logprobs"] for t in traces)
+    assert (unauthenticated, model_call) == (401, 401)
     assert not any(group_alive(pgid) for pgid in pgids)
     assert set(_agent_processes()) <= agents_before

@@ -49,6 +49,8 @@ EXPECTED = {
     "returns_float": Status.AGENT_ERROR,
     "unserializable_object": Status.AGENT_ERROR,
 }
+#: ART's own agent signs nothing: our trainer takes its results only when told to (D100); ours are proven either way.
+ART_RESULTS = "accept"
 #: Fields that name the rollout (each client picks its own ids) or hold what the client sent.
 ROLLOUT_FIELDS = {"input_id", "result_key", "payload", META_FIELD}
 
@@ -90,7 +92,7 @@ def test_arts_client_and_ours_return_the_same_documents(stack: LocalStack, art_c
 
     # WHEN each runs them as a batch, several sessions at once
     arts = {item.index: item for item in art_client.run_batch(payloads, max_concurrent_sessions=5, timeout=60)}
-    with connect(stack, EXP) as client:
+    with connect(stack, EXP, unproven_results=ART_RESULTS) as client:
         ours = {item.index: item for item in client.run_batch(payloads, 5, 60, input_ids=cases)}
 
     # THEN ART's client got every document (it says success for any dict), ours gave each the status ART's
@@ -109,7 +111,7 @@ def test_every_session_of_the_agent_is_stopped_and_its_slot_freed_under_our_trai
     stops_before = emulator_counters(stack)["stops"]
 
     # WHEN a batch of six runs, six sessions at once
-    with connect(stack, EXP) as client:
+    with connect(stack, EXP, unproven_results=ART_RESULTS) as client:
         items = list(client.run_batch([{"case": "reward"}] * 6, 6, 60))
 
         # THEN every rollout succeeded, the finisher stopped every session and no slot is held
@@ -121,7 +123,7 @@ def test_every_session_of_the_agent_is_stopped_and_its_slot_freed_under_our_trai
 def test_a_rollout_past_its_deadline_ends_timed_out_by_the_sweeper_and_its_session_is_stopped(stack: LocalStack):
     # GIVEN a rollout of the stack's agent (on one stack, ART's own) that outlives its 3 s deadline
     stops_before = emulator_counters(stack)["stops"]
-    with connect(stack, EXP) as client:
+    with connect(stack, EXP, unproven_results=ART_RESULTS) as client:
         future = client.invoke({"case": "reward", "sleep_s": 120}, input_id="late", timeout=3)
 
         # WHEN the deadline passes THEN the sweeper's timed_out reaches our trainer, the finisher stops the
@@ -134,7 +136,7 @@ def test_a_rollout_past_its_deadline_ends_timed_out_by_the_sweeper_and_its_sessi
 def test_arts_client_on_our_experiment_never_slows_our_client(stack: LocalStack, art_client: ArtClient):
     # GIVEN ART's client running 24 rollouts on our experiment (it reads S3, never the completion queue), and a
     # rollout of ours pending throughout, so our poller keeps receiving
-    with connect(stack, EXP) as client, ThreadPoolExecutor(1) as pool:
+    with connect(stack, EXP, unproven_results=ART_RESULTS) as client, ThreadPoolExecutor(1) as pool:
         watcher = client.invoke({"case": "reward", "sleep_s": 300}, input_id="watcher")
         art_batch = pool.submit(
             lambda: list(art_client.run_batch([{"case": "reward"}] * 24, max_concurrent_sessions=6, timeout=60))

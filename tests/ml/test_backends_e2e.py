@@ -68,6 +68,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         sweep_interval_s=1.0,
         runtime_options={"preload": (*AGENT_PRELOAD, "httpx")},
         emulator_options={"max_payload_bytes": EMULATOR_MAX_PAYLOAD},
+        # rLLM's GatewayManager calls the gateway's session and trace routes with no credential (its client has no
+        # setting for one), so this stack's gateway is open, as one behind the network isolation alone is (D100).
+        gateway_open=True,
     )
     with LocalStack(settings) as running, pytest.MonkeyPatch.context() as env:
         for name, value in running.env.items():

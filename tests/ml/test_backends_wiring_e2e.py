@@ -35,6 +35,7 @@ from slime_support import rollout_manager, slime_args  # noqa: E402, I001
 from backends_e2e import gateway_traces, multiturn_fixtures  # noqa: E402
 
 from local_stack._process import ManagedProcess  # noqa: E402
+from local_stack.gateway import admin_auth  # noqa: E402
 from local_stack.model_endpoint import EndpointSettings  # noqa: E402
 from local_stack.model_endpoint.moe import routed_experts  # noqa: E402
 from local_stack.model_endpoint.process import model_endpoint_process  # noqa: E402
@@ -72,7 +73,8 @@ def framework_servers(stack: LocalStack, tmp_path_factory: pytest.TempPathFactor
 
 
 def gateway_workers(stack: LocalStack) -> list[str]:
-    return worker_urls(httpx.get(f"{stack.gateway_url}/admin/workers", timeout=10).json())
+    auth = admin_auth(str(stack.moto_url), stack.settings.experiments[0])  # admin routes need the admin key (D100)
+    return worker_urls(httpx.get(f"{stack.gateway_url}/admin/workers", timeout=10, auth=auth).json())
 
 
 def replayed(sequence: list[int]) -> list[list[list[int]]]:

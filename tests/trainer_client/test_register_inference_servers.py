@@ -46,7 +46,7 @@ def gateway(tmp_path: Any) -> Iterator[TestClient]:
 
 
 def client(gateway_url: str | None = GATEWAY) -> Any:
-    return SimpleNamespace(gateway_url=gateway_url, exp_id="demo")
+    return SimpleNamespace(gateway_url=gateway_url, exp_id="demo", gateway_auth=None)
 
 
 def workers(http: TestClient) -> list[str]:

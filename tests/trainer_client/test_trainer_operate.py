@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from trainer_support import BUCKET, aws
+from trainer_support import BUCKET, aws, put_result
 
 from rollout_contract import ResultKey, RolloutResult, Status, Timings
 from rollout_contract.sandbox import new_sandbox_session_id
@@ -52,7 +52,7 @@ def store(descriptor, session_id, input_id, status):
         )
     else:
         result = RolloutResult.terminal(Status(status), key=key, s3_bucket=BUCKET)
-    aws("s3").put_object(Bucket=BUCKET, Key=str(key), Body=result.to_json_bytes())
+    put_result(result)
 
 
 @pytest.fixture

@@ -129,7 +129,12 @@ def test_starting_a_run_costs_one_descriptor_read_and_no_other_aws_call(descript
 
     session = boto3.session.Session()
     ssm = session.client("ssm")
-    clients = AwsClients(sqs=session.client("sqs"), s3=session.client("s3"), dynamodb=session.client("dynamodb"))
+    clients = AwsClients(
+        sqs=session.client("sqs"),
+        s3=session.client("s3"),
+        dynamodb=session.client("dynamodb"),
+        secretsmanager=session.client("secretsmanager"),  # the experiment key is read at the first result, not here
+    )
     for client in (ssm, *clients):
         client.meta.events.register("before-call", count)
 

@@ -20,13 +20,13 @@ def test_the_test_server_answers_a_missing_key_with_403_as_s3_does_for_the_train
     assert raised.value.response["Error"]["Code"] == "AccessDenied"
 
 
-def test_a_missing_result_reads_as_none_and_a_stored_one_as_its_bytes(descriptor):
+def test_a_missing_result_reads_as_none_and_a_stored_one_as_its_object(descriptor):
     # GIVEN one stored object and one missing key
     s3 = aws("s3")
     s3.put_object(Bucket=BUCKET, Key="exp-test/q/stored.json", Body=b"{}")
-    # WHEN both are read THEN the missing one is None (not an error) and the stored one its bytes
+    # WHEN both are read THEN the missing one is None (not an error) and the stored one its object (bytes, metadata)
     assert read_if_stored(s3, BUCKET, MISSING) is None
-    assert read_if_stored(s3, BUCKET, "exp-test/q/stored.json") == b"{}"
+    assert read_if_stored(s3, BUCKET, "exp-test/q/stored.json")["Body"].read() == b"{}"
 
 
 def test_attach_waits_for_rollouts_that_have_no_result_yet(descriptor, backend, fast_poll):

@@ -31,7 +31,9 @@ from rollout_contract import (
     Timings,
     parse_dispatch_message,
 )
+from rollout_contract.credentials import ExperimentSecret
 from rollout_contract.metrics import NAMESPACE, OVERDUE, alarm_name_prefix
+from rollout_contract.proof import ResultProof
 from rollout_contract.resources import BUDGET_TABLE, SESSIONS_PARTITION_KEY, result_event_pattern
 from rollout_contract.sessions import (
     ATTR_DEADLINE_AT,
@@ -59,6 +61,10 @@ def aws(service: str) -> Any:
     """
     session = boto3.Session(region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing")
     return session.client(service)
+
+
+#: The experiment key of every experiment the trainer tests create (the secret the stack would create).
+EXPERIMENT_KEY = "trainer-tests-experiment-key"
 
 
 def queue_arn(name: str) -> str:
@@ -104,7 +110,16 @@ def create_experiment(exp_id: str = EXP_ID, bucket: str = BUCKET) -> ExperimentD
         session_budget=900,
     )
     aws("ssm").put_parameter(Name=resources.descriptor_parameter, Value=descriptor.model_dump_json(), Type="String")
+    for secret in ExperimentSecret:
+        aws("secretsmanager").create_secret(Name=secret.secret_name(exp_id), SecretString=EXPERIMENT_KEY)
     return descriptor
+
+
+def put_result(result: RolloutResult, *, bucket: str = BUCKET, signed: bool = True) -> None:
+    """Store ``result`` as its agent does: signed with its session's key (D100), unless ``signed`` is false."""
+    body = result.to_json_bytes()
+    metadata = ResultProof(EXPERIMENT_KEY).metadata(result.session_id, body) if signed else {}
+    aws("s3").put_object(Bucket=bucket, Key=result.result_key, Body=body, Metadata=metadata)
 
 
 Outcome = Callable[[DispatchRequest], RolloutResult]
@@ -200,7 +215,7 @@ class Backend:
     def complete(self, request: DispatchRequest) -> RolloutResult:
         """Write the result object of ``request`` (the S3 event reaches the completion queue)."""
         result = self.outcome(request)
-        self.s3.put_object(Bucket=BUCKET, Key=result.result_key, Body=result.to_json_bytes())
+        put_result(result)
         self.record(request, SessionState.FINISHED)
         return result
 

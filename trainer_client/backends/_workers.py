@@ -100,7 +100,7 @@ def register_inference_servers(
     with _lock:
         if key in _registered:
             return
-        _sync_workers(key[0], wanted, framework, http)
+        _sync_workers(key[0], wanted, framework, http, client.gateway_auth)
         _registered.add(key)
     logger.info("token gateway %s now sends model calls to %s's servers: %s", gateway, framework, ", ".join(wanted))
 
@@ -129,7 +129,9 @@ def report_weight_version(
         _reported[gateway] = version
         try:
             with contextlib.nullcontext(http) if http is not None else httpx.Client(timeout=ADMIN_TIMEOUT_S) as http:
-                http.post(gateway + WEIGHT_VERSION_PATH, json={"weight_version": version}).raise_for_status()
+                http.post(
+                    gateway + WEIGHT_VERSION_PATH, json={"weight_version": version}, auth=client.gateway_auth
+                ).raise_for_status()
         except httpx.HTTPError as exc:
             if gateway not in _version_refused:
                 _version_refused.add(gateway)
@@ -187,13 +189,15 @@ def check_routing_returned(client: RolloutClient, *, setting: str) -> None:
     )
 
 
-def _sync_workers(gateway: str, wanted: Sequence[str], framework: str, http: httpx.Client | None) -> None:
+def _sync_workers(
+    gateway: str, wanted: Sequence[str], framework: str, http: httpx.Client | None, auth: httpx.Auth
+) -> None:
     import httpx
 
     url = gateway + WORKERS_PATH
     try:
         with contextlib.nullcontext(http) if http is not None else httpx.Client(timeout=ADMIN_TIMEOUT_S) as http:
-            current = http.get(url)
+            current = http.get(url, auth=auth)
             current.raise_for_status()
             workers = current.json()
             present = set()
@@ -201,11 +205,11 @@ def _sync_workers(gateway: str, wanted: Sequence[str], framework: str, http: htt
                 if base in wanted:
                     present.add(base)
                 else:
-                    http.delete(f"{url}/{worker['worker_id']}").raise_for_status()
+                    http.delete(f"{url}/{worker['worker_id']}", auth=auth).raise_for_status()
             for index, base in enumerate(wanted):
                 if base not in present:
                     body = {"url": base, "worker_id": f"{framework}-{index}"}
-                    http.post(url, json=body).raise_for_status()
+                    http.post(url, json=body, auth=auth).raise_for_status()
     except httpx.HTTPStatusError as exc:
         raise GatewayWorkersError(
             f"the token gateway at {gateway} refused {exc.request.method} {exc.request.url.path}: "

@@ -24,7 +24,8 @@ async def invoke(payload):
     prompt = payload["prompt"]
     messages = list(prompt) if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
     answer = ""
-    async with httpx.AsyncClient(timeout=30) as http:
+    headers = {"Authorization": f"Bearer {rollout.get('api_key') or 'none'}"}  # the experiment's model-call key
+    async with httpx.AsyncClient(timeout=30, headers=headers) as http:
         for turn in range(int(script.get("turns", 2))):
             body = {
                 **rollout.get("sampling_params", {}),

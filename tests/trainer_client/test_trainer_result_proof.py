@@ -1,0 +1,92 @@
+"""The trainer accepts a result only if it proves the rollout's agent wrote it (D100)."""
+
+from __future__ import annotations
+
+import pytest
+from trainer_support import BUCKET, EXPERIMENT_KEY, FAST_POLL, put_result, scripted
+
+from rollout_contract import RolloutResult, Status
+from rollout_contract.proof import PROOF_METADATA, RESULT_NOT_FROM_AGENT, Provenance, ResultProof
+from rollout_contract.sessions import SessionState
+from trainer_client import RolloutClient
+
+
+def forged_result_ends_as_agent_error(result: RolloutResult, provenance: Provenance) -> None:
+    assert result.status is Status.AGENT_ERROR
+    assert result.reward is None
+    assert result.error.type == RESULT_NOT_FROM_AGENT
+    assert "result not written by the rollout's agent" in result.error.message
+    assert result.provenance == provenance
+
+
+def test_a_signed_result_is_accepted_and_marked_proven(client, backend):
+    future = client.invoke({"prompt": "6*7"}, input_id="q1")
+    backend.serve(1)
+    result = future.result(timeout=5)
+    assert (result.status, result.reward, result.provenance) == (Status.SUCCEEDED, 1.0, Provenance.PROVEN)
+
+
+def test_an_unsigned_result_with_reward_one_ends_as_agent_error_naming_it(client, backend):
+    # GIVEN a submitted rollout
+    future = client.invoke({"prompt": "6*7"}, input_id="q1")
+    (request,) = backend.receive(1)
+    backend.record(request, SessionState.RUNNING)
+
+    # WHEN something without the session key (model-written code with the runtime role's credentials) stores a
+    # success with reward 1.0 at its key first
+    put_result(scripted(request), signed=False)
+
+    # THEN the rollout ends agent_error saying the result was not written by its agent; the reward is not read
+    forged_result_ends_as_agent_error(future.result(timeout=5), Provenance.UNPROVEN)
+
+
+def test_a_forged_object_that_is_no_result_document_still_ends_the_rollout_naming_it(client, backend):
+    # GIVEN a submitted rollout, and at its key a bare {"rewards": 1.0} (no ids: what code with the credentials writes)
+    future = client.invoke({"prompt": "6*7"}, input_id="q1")
+    (request,) = backend.receive(1)
+    backend.s3.put_object(Bucket=BUCKET, Key=str(request.key), Body=b'{"rewards": 1.0, "status_code": 200}')
+    # THEN the rollout ends agent_error naming it, not an unreadable result
+    forged_result_ends_as_agent_error(future.result(timeout=5), Provenance.UNPROVEN)
+
+
+def test_a_proof_for_another_session_or_other_bytes_is_forged(client, backend):
+    # GIVEN two rollouts; the first one's signed result is copied to the second one's key
+    first, second = (client.invoke({"prompt": "p"}, input_id="q1") for _ in range(2))
+    requests = backend.receive(2)
+    by_session = {request.session_id: request for request in requests}
+    honest = scripted(by_session[first.session_id])
+    put_result(honest)
+    copied = scripted(by_session[second.session_id])
+    body = copied.to_json_bytes()
+    proof = ResultProof(EXPERIMENT_KEY).metadata(first.session_id, body)
+    backend.s3.put_object(Bucket=copied.s3_bucket, Key=copied.result_key, Body=body, Metadata=proof)
+
+    # THEN the first is accepted and the second, signed for another session, is refused as forged
+    assert first.result(timeout=5).provenance == Provenance.PROVEN
+    forged_result_ends_as_agent_error(second.result(timeout=5), Provenance.FORGED)
+
+
+def test_accepting_unproven_results_keeps_an_art_agents_result_marked_unproven(descriptor, backend):
+    # GIVEN a client that accepts unproven results (an experiment whose agent is ART's own, which signs nothing)
+    with RolloutClient.from_descriptor(descriptor, poll=FAST_POLL, unproven_results="accept") as client:
+        future = client.invoke({"prompt": "6*7"}, input_id="q1")
+        (request,) = backend.receive(1)
+        put_result(scripted(request), signed=False)
+
+        # THEN its result is used, marked unproven
+        result = future.result(timeout=5)
+        assert (result.status, result.reward, result.provenance) == (Status.SUCCEEDED, 1.0, Provenance.UNPROVEN)
+
+        # AND a forged proof is refused even so
+        forged = client.invoke({"prompt": "6*7"}, input_id="q2")
+        (request,) = backend.receive(1)
+        result = scripted(request)
+        backend.s3.put_object(
+            Bucket=result.s3_bucket, Key=result.result_key, Body=result.to_json_bytes(), Metadata={PROOF_METADATA: "0"}
+        )
+        forged_result_ends_as_agent_error(forged.result(timeout=5), Provenance.FORGED)
+
+
+def test_an_unknown_unproven_setting_is_refused_naming_the_choices(descriptor):
+    with pytest.raises(ValueError, match="unproven_results='maybe' is not one of 'reject', 'accept'"):
+        RolloutClient.from_descriptor(descriptor, unproven_results="maybe")
