@@ -64,7 +64,12 @@ PROBLEMS = synthetic(2, seed=11)
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     settings = MATH_AGENT.settings(
-        run_dir=tmp_path_factory.mktemp("stack"), experiments=(README_EXPERIMENT,), sweep_interval_s=1.0
+        run_dir=tmp_path_factory.mktemp("stack"),
+        experiments=(README_EXPERIMENT,),
+        sweep_interval_s=1.0,
+        # rLLM's engine uses this gateway as its own and its client sends no key, nor do ART's loops (their api_key
+        # is their gateway's session id): this stack's gateway is open, as one behind the network alone is (D100).
+        gateway_open=True,
     )
     with LocalStack(settings) as running, pytest.MonkeyPatch.context() as env:
         for name, value in running.env.items():
