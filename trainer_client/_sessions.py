@@ -8,14 +8,15 @@ call; the dispatcher writes ``cancelled`` unless the rollout ended first, and th
 
 The table learns that a rollout ended after its result is stored (the finisher marks it from the result's
 event), seconds later at a backlog. So the views check what the table lists as in flight against the stored
-results (:func:`check_in_flight`: one ListObjectsV2 per input id listed, one GetObject per result found), and
+results (:func:`check_in_flight`: one ListObjectsV2 per input id listed, one GetObject per result found; across
+refreshes :class:`InFlightCheck` keeps what it found, so only what is not known to have ended is checked again), and
 the latest failures of a window are read from the finished items themselves (:func:`recent_failures`: at most
 :data:`FAILURE_SCAN_PAGES` Scan pages), whoever watched them end.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,7 @@ from trainer_client._results import ClientResult
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
     from types_boto3_dynamodb.type_defs import QueryOutputTypeDef, ScanOutputTypeDef
+    from types_boto3_s3 import S3Client
     from types_boto3_sqs import SQSClient
     from types_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
 
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CHECKED_INPUT_IDS",
     "FAILURE_SCAN_PAGES",
+    "InFlightCheck",
     "InFlightView",
     "check_in_flight",
     "in_flight_query",
@@ -85,8 +88,9 @@ def check_in_flight(
 ) -> InFlightView:
     """Split ``records`` (as the table lists them) into those still in flight and those whose result is stored.
 
-    Costs one ListObjectsV2 per input id (at most ``limit``, in the order listed) and one GetObject per result
-    found, eight at a time, each read as its proof allows. Sandboxes are passed through (a sandbox stores no result).
+    Checks at most ``limit`` input ids, in the order listed: one ListObjectsV2 per input id, or fewer, the pages of
+    the run's prefix from the first of them (:func:`_stored_keys`), and one GetObject per result found, eight at a
+    time, each read as its proof allows. Sandboxes are passed through (a sandbox stores no result).
     """
     s3, bucket = reader.s3, reader.bucket
     keys = {
@@ -98,18 +102,81 @@ def check_in_flight(
     checked = set(prefixes[:limit])
     wanted = {str(key) for key in keys.values() if f"{key.exp_id}/{key.input_id}/" in checked}
 
-    def listed(prefix: str) -> list[str]:
-        pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-        return [entry["Key"] for page in pages for entry in page.get("Contents", []) if entry["Key"] in wanted]
-
     with ThreadPoolExecutor(_READERS) as pool:
-        stored = [key for found in pool.map(listed, checked) for key in found]
+        stored = _stored_keys(s3, bucket, checked, wanted, pool)
         results = {result.session_id: result for result in pool.map(reader.read, stored)}
     return InFlightView(
         in_flight=[record for record in records if record.session_id not in results],
         ended=[(record, results[record.session_id]) for record in records if record.session_id in results],
         unchecked=sum(1 for key in keys.values() if f"{key.exp_id}/{key.input_id}/" not in checked),
     )
+
+
+def _stored_keys(
+    s3: S3Client, bucket: str, prefixes: set[str], wanted: set[str], pool: ThreadPoolExecutor
+) -> list[str]:
+    """The ``wanted`` keys stored under ``prefixes`` (``exp_id/input_id/``).
+
+    A run's prefixes are walked in key order with one paginated ListObjectsV2 of the run's own prefix (1,000 keys a
+    page) while the pages taken stay fewer than the prefixes not yet passed; the prefixes left are listed one each.
+    So a run whose results fit in a few pages costs those pages, and no run costs more than twice one list per
+    input id.
+    """
+    by_run: dict[str, list[str]] = {}
+    for prefix in sorted(prefixes):
+        by_run.setdefault(prefix.rsplit("/", 2)[0] + "/", []).append(prefix)
+    found: set[str] = set()
+    alone: list[str] = []
+    for run, left in by_run.items():
+        request: dict[str, Any] = {"Bucket": bucket, "Prefix": run, "StartAfter": left[0]}
+        pages = 0
+        while len(left) > 1 and pages < len(left):
+            page = s3.list_objects_v2(**request)
+            pages += 1
+            keys = [entry["Key"] for entry in page.get("Contents", [])]
+            found.update(key for key in keys if key in wanted)
+            if not page.get("IsTruncated") or not keys:
+                left = []
+                break
+            left = [prefix for prefix in left if prefix >= keys[-1] or keys[-1].startswith(prefix)]
+            request = {"Bucket": bucket, "Prefix": run, "ContinuationToken": page["NextContinuationToken"]}
+        alone += left
+
+    def listed(prefix: str) -> list[str]:
+        pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        return [entry["Key"] for page in pages for entry in page.get("Contents", []) if entry["Key"] in wanted]
+
+    found.update(key for keys in pool.map(listed, alone) for key in keys)
+    return sorted(found)
+
+
+class InFlightCheck:
+    """:func:`check_in_flight` across refreshes (``rollouts top``): a result found stored is kept, since a
+    stored result never changes, so a refresh lists only the input ids with a rollout not yet found ended and reads
+    only the results it finds new. The table lists an ended rollout until the finisher marks it (a minute at a
+    backlog on a loaded machine); without this, every refresh listed and read each of them again.
+
+    Per refresh: the input ids with a rollout not known to have ended listed as :func:`check_in_flight` lists them
+    (at most one ListObjectsV2 each), one GetObject per result found since the last refresh. Results are kept only
+    while the table still lists their rollout.
+    """
+
+    def __init__(self, check: Callable[[Sequence[SessionRecord]], InFlightView]) -> None:
+        """``check`` checks records against the stored results: :func:`check_in_flight` with its store bound."""
+        self._check = check
+        self._ended: dict[str, ClientResult] = {}
+
+    def __call__(self, records: Sequence[SessionRecord]) -> InFlightView:
+        """``records`` (as the table lists them now) split into those in flight and those whose result is stored."""
+        view = self._check([record for record in records if record.session_id not in self._ended])
+        listed = {record.session_id for record in records}
+        self._ended = {sid: result for sid, result in self._ended.items() if sid in listed}
+        self._ended.update((record.session_id, result) for record, result in view.ended)
+        return InFlightView(
+            in_flight=view.in_flight,
+            ended=[(record, self._ended[record.session_id]) for record in records if record.session_id in self._ended],
+            unchecked=view.unchecked,
+        )
 
 
 def recent_failures(

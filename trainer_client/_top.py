@@ -9,9 +9,10 @@ the result prefix. What the index lists is checked against the stored results (t
 seconds after the result is stored, at a backlog): a rollout whose result is stored is counted ended, not in
 flight. The latest failures of the last five minutes are read from what is stored, whoever watched: the
 finished items of the sessions table (status and time) and the results found by that check, each reason from
-its result. A refresh costs: the index Query (a page per ~1 MB of rollouts in flight), one ListObjectsV2 per
-input id in flight (at most :data:`~trainer_client._sessions.CHECKED_INPUT_IDS`) and one GetObject per result
-found there, at most :data:`~trainer_client._sessions.FAILURE_SCAN_PAGES` Scan pages, at most
+its result. A refresh costs: the index Query (a page per ~1 MB of rollouts in flight), at most one ListObjectsV2
+per input id with a rollout not yet found ended (at most :data:`~trainer_client._sessions.CHECKED_INPUT_IDS`) and one
+GetObject per result found there since the last refresh (``InFlightCheck``), at most
+:data:`~trainer_client._sessions.FAILURE_SCAN_PAGES` Scan pages, at most
 :data:`_REASONS_KEPT` GetObject for reasons not read before, four GetQueueAttributes, one GetItem, two
 GetMetricData and one DescribeAlarms page, and one GET of the token gateway's served versions (the staleness: how
 many weight versions behind the trainer's current one the tokens served in the last five minutes were sampled, p50
@@ -35,7 +36,7 @@ from rollout_contract.ids import join_exp_id
 from rollout_contract.resources import BUDGET_PARTITION_KEY, ExperimentDescriptor
 from rollout_contract.sessions import SessionRecord
 from trainer_client._results import ClientResult
-from trainer_client._sessions import check_in_flight, in_flight_sessions, recent_failures
+from trainer_client._sessions import InFlightCheck, check_in_flight, in_flight_sessions, recent_failures
 from trainer_client._stored import ResultReader
 from trainer_client._traces import SERVED_VERSIONS_PATH
 from trainer_client.staleness import Staleness
@@ -147,6 +148,8 @@ class Watch:
         self._results = ResultReader(
             self._clients["s3"], self._clients["secretsmanager"], descriptor.results_bucket, descriptor.exp_id
         )
+        # A result found stored is kept across refreshes: each lists only what is not known to have ended.
+        self._check = InFlightCheck(lambda records: check_in_flight(self._results, records, self.exp_id))
         self._reasons: dict[str, FailureReason] = {}
         self._queue_urls: dict[str, str] = {}
         self._queue_specs = (self.resources.dispatch_queue, self.resources.completion_queue)
@@ -155,7 +158,7 @@ class Watch:
         """Read one snapshot."""
         now = time.time()
         records = in_flight_sessions(self._clients["dynamodb"], self.resources, self.exp_id)
-        view = check_in_flight(self._results, records, self.exp_id)
+        view = self._check(records)
         failures, complete = self._latest_failures(now, view.ended)
         states: dict[str, int] = {}
         for record in view.in_flight:

@@ -7,6 +7,7 @@ import socket
 import statistics
 import time
 import uuid
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -216,3 +217,25 @@ def test_top_says_when_the_gateway_cannot_be_read_and_shows_the_rest(descriptor,
     assert main(["top", descriptor.exp_id, "--once"]) == 0
     out = capsys.readouterr().out
     assert "staleness   the token gateway could not be read (ConnectError" in out and "dead letters" in out
+
+
+def test_top_reads_a_stored_result_once_and_then_lists_only_what_may_still_run(descriptor, client, backend):
+    # GIVEN two rollouts the table lists as running, one of which stored its result (the finisher not there yet)
+    futures = [client.invoke({"end_as": "succeeded"}, input_id=f"q{i}") for i in range(2)]
+    requests = [r for r in backend.receive(2) if isinstance(r, DispatchRequest)]
+    for future in futures:
+        _in_flight(descriptor, future.session_id)
+    backend.complete(requests[0])
+    watch = Watch(descriptor)
+    calls: Counter[str] = Counter()
+    watch._clients["s3"].meta.events.register("before-call.s3", lambda model, **_: calls.update([model.name]))
+    # WHEN top refreshes three times
+    snapshots = [watch.snapshot()]
+    first = Counter(calls)
+    snapshots += [watch.snapshot(), watch.snapshot()]
+    # THEN every refresh shows the stored one ended and the other running
+    assert all(s.ended_unmarked == 1 and s.in_flight == {"running": 1} for s in snapshots)
+    # AND the first listed both input ids in one page of the experiment's prefix and read the result; each later one
+    # lists only the input id still running and reads nothing (was: two lists and a read at every refresh)
+    assert first == Counter({"ListObjectsV2": 1, "GetObject": 1})
+    assert calls - first == Counter({"ListObjectsV2": 2})
