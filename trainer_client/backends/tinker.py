@@ -1,15 +1,15 @@
 """Train on our rollouts through the Tinker API: no GPU cluster, the model's weights stay on the Tinker endpoint.
 
 ``python -m trainer_client.backends.tinker config.json`` (or :func:`train`) runs ART's ``tinker_api`` recipe on our
-experiment: per step, the current weights are saved for the sampler and the Tinker sampler serves them to the
-agents (:class:`~trainer_client.backends._tinker_sampler.TinkerSampler`, the experiment's token gateway's only
-worker, its version reported with ``report_weight_version``); ``batch_size`` prompts x ``group_size`` samples run
-as GRPO groups (``run_groups``: our dispatcher, budgets and result events); each rollout's gateway traces become
-token rows (``assemble_rows``: sampled tokens trained, spliced tool tokens masked), each row one Tinker ``Datum``
-for the ``importance_sampling`` loss with the rollout's centered reward (``r - mean(group)``, no std) as the
-advantage of its sampled tokens; one ``forward_backward`` and one ``optim_step`` (Adam, beta 0.9/0.95, eps 1e-8)
-per step with a training signal. The logprobs Tinker's forward pass returns for the trained tokens (the weights
-that sampled them) are compared with the sampler's: ``logprob_max_abs_diff`` in every step's metrics.
+experiment: per step, the weights (first, and after each update) are saved for the sampler and the Tinker sampler
+serves them to the agents (:class:`~trainer_client.backends._tinker_sampler.TinkerSampler`, the experiment's token
+gateway's only worker, its version reported with ``report_weight_version``); ``batch_size`` prompts x ``group_size``
+samples run as GRPO groups (``run_groups``: our dispatcher, budgets and result events); each rollout's gateway
+traces become token rows (``assemble_rows``: sampled tokens trained, spliced tool tokens masked), each row one
+Tinker ``Datum`` for the ``importance_sampling`` loss with the rollout's centered reward (``r - mean(group)``, no
+std) as the advantage of its sampled tokens; one ``forward_backward`` and one ``optim_step`` (Adam, beta 0.9/0.95,
+eps 1e-8) per step with a training signal. The logprobs Tinker's forward pass returns for the trained tokens (the
+weights that sampled them) are compared with the sampler's: ``logprob_max_abs_diff`` in every step's metrics.
 
 Config (JSON; ART's keys where they mean the same): ``experiment`` (ours: the experiment's descriptor in SSM),
 ``base_model``, ``endpoint`` (the Tinker base URL; default ``$TINKER_BASE_URL``, else the official service; the key
@@ -204,8 +204,9 @@ def train(config: TinkerConfig) -> list[dict[str, Any]]:
         register_inference_servers(client, [sampler.url], framework="tinker")
         for step in range(config.steps):
             started = time.monotonic()
-            sampler.use(training.save_weights_and_get_sampling_client().result(), updates)
-            report_weight_version(client, updates, framework="tinker")
+            if sampler.weight_version != updates or step == 0:  # the weights moved (or none served yet): sync
+                sampler.use(training.save_weights_and_get_sampling_client().result(), updates)
+                report_weight_version(client, updates, framework="tinker")
             start = step * config.batch_size % len(payloads)
             batch = [payloads[(start + index) % len(payloads)] for index in range(config.batch_size)]
             groups = list(
