@@ -125,6 +125,12 @@ def _add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], t
         action="store_true",
         help="on Ctrl-C, leave the stack and its rollouts running (default: cancel them and stop the stack)",
     )
+    demo.add_argument(
+        "--resume",
+        type=Path,
+        metavar="RESULTS",
+        help="an interrupted demo's results file: keep its rows, run only the samples it lacks (same options)",
+    )
     _add_agent_options(demo)
     _add_run_dir(demo)
     demo.set_defaults(func=_demo, task=task)
@@ -216,6 +222,7 @@ def _demo(args: argparse.Namespace) -> int:
             run_dir=args.run_dir,
             output=args.output,
             keep_running=args.keep_running,
+            resume=args.resume,
         )
     except ValueError as exc:
         print(f"rollouts demo: {exc}", file=sys.stderr)

@@ -15,7 +15,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -27,7 +27,7 @@ from local_stack._process import environment
 from local_stack.hosting import DemoTask, LocalAgent
 from local_stack.model_endpoint import EndpointSettings
 from local_stack.stack import DEFAULT_RUN_DIR, LocalStack
-from rollout_contract import InvalidIdError, validate_input_id, validate_timeout_s
+from rollout_contract import InvalidIdError, Status, validate_input_id, validate_timeout_s
 from rollout_contract.settings import PathValue, Settings
 from trainer_client import (
     BatchItem,
@@ -38,6 +38,7 @@ from trainer_client import (
     RolloutGroup,
     read_dataset,
 )
+from trainer_client._eval import plan_samples
 from trainer_client.progress import BatchSummary, RolloutProgress, plural
 
 __all__ = [
@@ -72,6 +73,9 @@ class DemoSettings(Settings):
         run_dir: the local stack's logs and state.
         output: where the results go (default: ``results/demo-<UTC time>.jsonl``).
         keep_running: on Ctrl-C, leave the stack and the rollouts running (default: cancel them, stop it).
+        resume: an interrupted demo's results file: its rows are kept (written again to ``output``, counted and
+            grouped) and only the samples it lacks run (the cancelled ones, those still running when it stopped),
+            as ``rollouts eval --resume`` does with a journal. The same prompts, samples and seed must be given.
     """
 
     prompts: int = Field(default=16, ge=1)
@@ -87,6 +91,7 @@ class DemoSettings(Settings):
     run_dir: PathValue = DEFAULT_RUN_DIR
     output: PathValue | None = None
     keep_running: bool = False
+    resume: PathValue | None = None
 
     @field_validator("timeout_s", mode="before")
     @classmethod
@@ -99,6 +104,14 @@ class DemoSettings(Settings):
         if output is not None and not output.parent.is_dir():
             raise ValueError(f"--output {output}: directory {output.parent} does not exist; create it first")
         return output
+
+    @field_validator("resume")
+    @classmethod
+    def _resume(cls, resume: Path | None) -> Path | None:
+        if resume is not None and not resume.is_file():
+            raise ValueError(f"--resume {resume}: no such file; give the results file of the demo to resume")
+        _carried_rows(resume)  # every line a row, before anything starts
+        return resume
 
 
 @dataclass
@@ -226,29 +239,44 @@ def _run_rollouts(
 
     On Ctrl-C: cancel the rollouts still running (unless ``keep_running``), say so, and re-raise.
     """
-    progress = RolloutProgress(len(prompts) * settings.samples_per_prompt)
+    carried = _carried_rows(settings.resume)
+    plan = plan_samples(
+        [payload for _, payload in prompts],
+        [input_id for input_id, _ in prompts],
+        settings.samples_per_prompt,
+        Counter(item.input_id or "" for item in carried),
+    )
+    if settings.resume is not None:
+        out.write(f"resuming from {settings.resume}: {plural(len(carried), 'rollout')} kept, {len(plan.todo)} to run\n")
+    progress = RolloutProgress(plan.total)
     report.summary = progress.summary
     collector = GroupCollector(settings.samples_per_prompt, settings.policy, eps=1e-6)
+
+    def take(item: BatchItem) -> None:
+        sink.write(json.dumps(item.to_record()) + "\n")
+        report.add_item(item)
+        if (group := collector.add(item)) is not None:
+            report.add_group(group)
+        progress.update(item)
+
     with (
         RolloutClient.for_experiment(
             DEMO_EXPERIMENT, poll=PollSettings(), sampling_params={"temperature": settings.temperature}
         ) as client,
         output.open("w", encoding="utf-8") as sink,
     ):
+        for item in carried:
+            take(item)
         items = client.run_batch(
-            [dict(payload) for _, payload in prompts for _ in range(settings.samples_per_prompt)],
+            [payload for _, payload, _ in plan.todo],
             settings.concurrency,
             settings.timeout_s,
-            input_ids=[input_id for input_id, _ in prompts for _ in range(settings.samples_per_prompt)],
+            input_ids=[input_id for _, _, input_id in plan.todo],
             rollout_config={"model_id": settings.model_id or model_id},  # None: the experiment's default
         )
         try:
             for item in items:
-                sink.write(json.dumps(item.to_record()) + "\n")
-                report.add_item(item)
-                if (group := collector.add(item)) is not None:
-                    report.add_group(group)
-                progress.update(item)
+                take(replace(item, index=plan.todo[item.index][0]))
         except KeyboardInterrupt:
             progress.close()
             if settings.keep_running:
@@ -259,13 +287,35 @@ def _run_rollouts(
             else:
                 out.write(f"\ninterrupted; cancelled {plural(client.cancel_pending(), 'rollout')} still running\n")
             for item in items.unfinished():  # a row for every rollout started, the cancelled ones too
-                progress.summary.add(item)
-                sink.write(json.dumps(item.to_record()) + "\n")
+                placed = replace(item, index=plan.todo[item.index][0])
+                progress.summary.add(placed)
+                sink.write(json.dumps(placed.to_record()) + "\n")
             out.write("\n".join(["", "== demo summary (interrupted) ==", *progress.summary.lines(), ""]))
             out.write(f"every rollout started has its row in {output}\n")
+            out.write(f"interrupted: to finish, run the same `rollouts demo` command with `--resume {output}`\n")
             raise
     report.groups_dropped = len(prompts) - report.groups_kept
     progress.close()
+
+
+def _carried_rows(resume: Path | None) -> list[BatchItem]:
+    """The rows of an interrupted demo's results file that a resume keeps: every rollout that ended other than
+    cancelled (a cancelled one, or one without a result, runs again).
+
+    Raises:
+        ValueError: a line is not a results-file row (the message names the file and the line).
+    """
+    if resume is None:
+        return []
+    kept = []
+    for number, line in enumerate(resume.read_text(encoding="utf-8").splitlines(), start=1):
+        try:
+            item = BatchItem.from_record(json.loads(line))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"--resume {resume}, line {number}: not a row of a demo's results ({exc})") from exc
+        if item.result is not None and item.result.status is not Status.CANCELLED:
+            kept.append(item)
+    return kept
 
 
 class ModelUnreachableError(RuntimeError):

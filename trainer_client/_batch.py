@@ -27,7 +27,7 @@ from rollout_contract import Status
 from rollout_contract.settings import Settings
 from trainer_client._exceptions import RolloutCancelledError, RolloutError
 from trainer_client._future import RolloutFuture
-from trainer_client._results import ClientResult
+from trainer_client._results import ClientResult, TokenTrace
 
 if TYPE_CHECKING:
     from trainer_client._client import RolloutClient
@@ -80,6 +80,24 @@ class BatchItem:
                 error = exc
         message = None if error is None else f"{type(error).__name__}: {error}"
         return cls(error is None, result, message, index, future.elapsed(), future.session_id, future.input_id, error)
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> BatchItem:
+        """The item a results file's line (:meth:`to_record`) describes: an earlier run's, carried into a resume."""
+        result: ClientResult | None = None
+        if "result" in record:
+            result = ClientResult(record["result"])
+            if "token_traces" in record:
+                result.token_traces = [TokenTrace.model_validate(trace) for trace in record["token_traces"]]
+        return cls(
+            bool(record["success"]),
+            result,
+            record.get("error"),
+            int(record["index"]),
+            float(record["elapsed_s"]),
+            str(record["session_id"]),
+            record.get("input_id"),
+        )
 
     def to_record(self) -> dict[str, Any]:
         """A JSON-ready line for a results file: the ids, the outcome, the stored document and its token traces."""

@@ -14,7 +14,7 @@ import hashlib
 import json
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,7 +28,7 @@ from trainer_client._journal import Journal, read_journal_entries
 from trainer_client._words import plural
 from trainer_client.progress import ProgressMode, RolloutProgress
 
-__all__ = ["EvalInterrupted", "EvalPlan", "plan_eval", "row_input_id", "run_eval"]
+__all__ = ["EvalInterrupted", "EvalPlan", "plan_eval", "plan_samples", "row_input_id", "run_eval"]
 
 
 def row_input_id(number: int, row: dict[str, Any]) -> str:
@@ -59,12 +59,21 @@ class EvalPlan:
 def plan_eval(rows: list[dict[str, Any]], input_ids: list[str], samples: int, journal: Path | None) -> EvalPlan:
     """Plan ``samples`` rollouts per row, less those ``journal`` (an earlier eval's) already holds."""
     entries = read_journal_entries(journal) if journal is not None else []
-    held = Counter(entry.key.input_id for entry in entries if not entry.cancelled)
+    return plan_samples(
+        rows, input_ids, samples, Counter(entry.key.input_id for entry in entries if not entry.cancelled)
+    )
+
+
+def plan_samples(
+    rows: Sequence[Mapping[str, Any]], input_ids: list[str], samples: int, held: Mapping[str, int]
+) -> EvalPlan:
+    """Plan ``samples`` rollouts per row, less the ``held`` ones (input id -> rollouts an earlier run has: an
+    eval's journal, a demo's results file), each row's samples placed after the held ones."""
     index_of = {input_id: number * samples for number, input_id in enumerate(input_ids)}
     todo: list[tuple[int, dict[str, Any], str]] = []
     for number, (row, input_id) in enumerate(zip(rows, input_ids, strict=True)):
         first_new = min(held.get(input_id, 0), samples)
-        todo.extend((number * samples + k, row, input_id) for k in range(first_new, samples))
+        todo.extend((number * samples + k, dict(row), input_id) for k in range(first_new, samples))
     resumed = sum(min(count, samples) for input_id, count in held.items() if input_id in index_of)
     strangers = sum(count for input_id, count in held.items() if input_id not in index_of)
     return EvalPlan(todo, len(rows) * samples, index_of, resumed, strangers)

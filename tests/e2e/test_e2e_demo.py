@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 from pathlib import Path
@@ -70,7 +71,7 @@ def ctrl_c_after_the_first_result(monkeypatch: pytest.MonkeyPatch) -> None:
 # The kept stack's processes outlive their Popen objects in this process, as they outlive `rollouts demo`.
 @pytest.mark.filterwarnings("ignore:subprocess .* is still running:ResourceWarning")
 def test_ctrl_c_cancels_the_demos_rollouts_or_with_keep_running_leaves_them_and_the_stack(
-    tmp_path: Path, ctrl_c_after_the_first_result: None
+    tmp_path: Path, ctrl_c_after_the_first_result: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run_dir = tmp_path / "stack"
     settings = DemoSettings(prompts=3, samples_per_prompt=1, concurrency=3, run_dir=run_dir, output=tmp_path / "o")
@@ -89,6 +90,7 @@ def test_ctrl_c_cancels_the_demos_rollouts_or_with_keep_running_leaves_them_and_
             run_demo(task, settings, out=io.StringIO())
     finally:
         assert main(["local", "down", "--run-dir", str(run_dir)]) == 0
+        gc.collect()  # the kept stack's Popen objects go now, while this test ignores their ResourceWarning
     # WHEN a demo is interrupted the same way without --keep-running
     printed = io.StringIO()
     with pytest.raises(KeyboardInterrupt):
@@ -101,3 +103,17 @@ def test_ctrl_c_cancels_the_demos_rollouts_or_with_keep_running_leaves_them_and_
     assert sorted(row["status"] for row in rows) == ["agent_error", "cancelled", "cancelled"]
     assert "== demo summary (interrupted) ==" in printed.getvalue()
     assert "cancelled 2)" in printed.getvalue()  # the interrupted update never counted the first
+    assert f"run the same `rollouts demo` command with `--resume {tmp_path / 'o'}`" in printed.getvalue()
+    # WHEN the interrupted demo is resumed from its results file (and nobody presses Ctrl-C)
+    monkeypatch.undo()
+    printed = io.StringIO()
+    resumed = DemoSettings(**{**settings.__dict__, "resume": tmp_path / "o", "output": tmp_path / "o2"})
+    report = run_demo(task, resumed, out=printed)
+    # THEN only the two cancelled samples ran again; the ended row is kept as it was, and every prompt has its row
+    assert "resuming from" in printed.getvalue() and "1 rollout kept, 2 to run" in printed.getvalue()
+    again = [json.loads(line) for line in (tmp_path / "o2").read_text().splitlines()]
+    (kept,) = [row for row in rows if row["status"] == "agent_error"]
+    assert kept in again and len(again) == 3 and sorted(row["index"] for row in again) == [0, 1, 2]
+    assert not {row["session_id"] for row in again if row != kept} & {row["session_id"] for row in rows}
+    assert "cancelled" not in {row["status"] for row in again}
+    assert sum(report.by_status.values()) == 3 and report.by_status["agent_error"] >= 1
