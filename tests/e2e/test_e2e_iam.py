@@ -91,6 +91,11 @@ NOT_RECORDED: dict[tuple[str, str], str] = {
     },
     ("agent", "cloudwatch:PutMetricData"): f"{_ACR}: its metrics in the bedrock-agentcore namespace",
     **{
+        ("trainer", action): "rollouts doctor's quotas line (D98) reads Service Quotas, which the local stack does not "
+        "serve (the line says so and uses ACR's published defaults)"
+        for action in ("servicequotas:ListAWSDefaultServiceQuotas", "servicequotas:ListServiceQuotas")
+    },
+    **{
         ("agent", action): f"{_ACR}: the image pull (the local emulator runs the agent from source)"
         for action in (
             "ecr:BatchCheckLayerAvailability",
@@ -214,6 +219,15 @@ def _drive(stack: LocalStack, root: Path) -> None:
         assert statuses == [Status.SUCCEEDED, Status.AGENT_ERROR, Status.TIMED_OUT, Status.DISPATCH_FAILED]
         # A model call through the gateway with the trainer's key (the gateway checks it against both keys).
         assert client.probe_gateway() is not None
+        # A rollout still waiting for a slot when its timeout and grace have passed: the deadline watch reads its
+        # record (BatchGetItem) and waits on (the crash above is often ended and announced before its check).
+        blockers = [
+            client.invoke({"action": "succeed", "sleep_s": 10}, input_id=f"block-{i}", timeout=60)
+            for i in range(SESSION_BUDGET)
+        ]
+        assert wait_until(lambda: _slots_held() == SESSION_BUDGET)
+        waits = client.invoke({"action": "succeed"}, input_id="waits-for-a-slot", timeout=5)
+        assert [f.result(timeout=RESULT_WAIT_S).status for f in (*blockers, waits)] == [Status.SUCCEEDED] * 3
         # A cancel that comes too late: the dispatcher's write loses to the stored result, which it reads.
         late_cancel = CancelRequest(exp_id=EXP, input_id="ok", session_id=ok.session_id, trainer=client.trainer_id)
         boto3.client("sqs").send_message(QueueUrl=dispatch_url, MessageBody=late_cancel.to_body())
