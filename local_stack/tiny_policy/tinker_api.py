@@ -116,6 +116,7 @@ class TinkerService:
             Route("/api/v1/asample", self._asample, methods=["POST"]),
             Route("/api/v1/retrieve_future", self._retrieve_future, methods=["POST"]),
             Route("/api/v1/samplers/{sampler_id}", self._sampler, methods=["GET"]),
+            Route("/api/v1/sessions/{session_id}/finish", self._finish_session, methods=["POST"]),
         ]
         routes += [
             Route(f"/api/v1/{name}", self._json_route(handler), methods=["POST"])
@@ -169,6 +170,11 @@ class TinkerService:
             return _refused(TinkerError(f"no request {body.get('request_id')!r}"), status_code=404)
         content_type, content = result
         return Response(content, media_type=content_type)
+
+    async def _finish_session(self, request: Request) -> Response:
+        """A closed ``ServiceClient`` ends its session (its models and checkpoints stay, as Tinker's do)."""
+        self._state.sessions.discard(request.path_params["session_id"])
+        return JSONResponse(None)
 
     async def _sampler(self, request: Request) -> Response:
         sampler_id = request.path_params["sampler_id"]

@@ -113,3 +113,9 @@ def test_the_doctors_probe_names_what_the_endpoint_serves(tinker_endpoint):
     ok, detail, fix = probe_tinker({"TINKER_BASE_URL": "http://127.0.0.1:9"})
     assert not ok and "did not answer" in detail and "rollouts local up --tinker" in fix
     assert probe_tinker({}) is None
+
+
+def test_a_closed_service_client_ends_its_session(tinker_endpoint):
+    with tinker.ServiceClient(base_url=tinker_endpoint, api_key="tml-local") as service:
+        service.create_lora_training_client(base_model=MODEL, rank=4).result()
+    # __exit__ posted /api/v1/sessions/<id>/finish and got its answer (it raises NotFoundError otherwise).

@@ -179,15 +179,15 @@ def train(config: TinkerConfig) -> list[dict[str, Any]]:
         raise ValueError(f"the dataset has {len(payloads)} rows; a step takes batch_size = {config.batch_size}")
     config.output_dir.mkdir(parents=True, exist_ok=True)
     (config.output_dir / "config.json").write_text(config.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    service = tinker.ServiceClient(base_url=config.endpoint, api_key=os.environ.get("TINKER_API_KEY") or "tml-dummy")
-    training = service.create_lora_training_client(
-        base_model=config.base_model, rank=config.lora_rank, seed=config.seed
-    ).result()
     sampling_params = {"temperature": config.temperature, "top_p": 1.0, "max_tokens": config.max_new_tokens}
     concurrency = config.max_concurrent_sessions or config.batch_size * config.group_size
     history: list[dict[str, Any]] = []
     updates = 0
     with (
+        # Closed at the end: its connections and its event loop's transports go with it.
+        tinker.ServiceClient(
+            base_url=config.endpoint, api_key=os.environ.get("TINKER_API_KEY") or "tml-dummy"
+        ) as service,
         TinkerSampler(
             config.make_renderer(),
             model_name=config.base_model,
@@ -201,6 +201,9 @@ def train(config: TinkerConfig) -> list[dict[str, Any]]:
         ) as client,
         (config.output_dir / "metrics.jsonl").open("a", encoding="utf-8") as log,
     ):
+        training = service.create_lora_training_client(
+            base_model=config.base_model, rank=config.lora_rank, seed=config.seed
+        ).result()
         register_inference_servers(client, [sampler.url], framework="tinker")
         for step in range(config.steps):
             started = time.monotonic()
