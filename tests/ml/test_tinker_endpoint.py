@@ -21,7 +21,8 @@ MODEL = "tiny-policy"
 
 @pytest.fixture(scope="module")
 def service(tinker_endpoint):
-    return tinker.ServiceClient(base_url=tinker_endpoint, api_key="tml-local")
+    with tinker.ServiceClient(base_url=tinker_endpoint, api_key="tml-local") as service:
+        yield service
 
 
 def _prompt():

@@ -23,11 +23,11 @@ MODEL = "tiny-policy"
 
 @pytest.fixture(scope="module")
 def sampler(tinker_endpoint):
-    service = tinker.ServiceClient(base_url=tinker_endpoint, api_key="tml-local")
-    training = service.create_lora_training_client(base_model=MODEL, rank=4).result()
-    with TinkerSampler(TinyRenderer(), model_name=MODEL, max_tokens=8, max_context=150) as sampler:
-        sampler.use(training.save_weights_and_get_sampling_client().result(), 0)
-        yield sampler
+    with tinker.ServiceClient(base_url=tinker_endpoint, api_key="tml-local") as service:
+        training = service.create_lora_training_client(base_model=MODEL, rank=4).result()
+        with TinkerSampler(TinyRenderer(), model_name=MODEL, max_tokens=8, max_context=150) as sampler:
+            sampler.use(training.save_weights_and_get_sampling_client().result(), 0)
+            yield sampler
 
 
 def _chat(sampler, messages, **extra):
