@@ -219,6 +219,7 @@ class ExperimentStack(Stack):
             gateway_url=settings.gateway_url,
             model_id=settings.model_id,
             required_rollout_fields=list(settings.required_rollout_fields),
+            unproven_results=settings.unproven_results,
             kind=settings.kind,
             tps_limit=settings.tps_limit,
             session_budget=settings.session_budget,

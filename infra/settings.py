@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rollout_contract.ids import InvalidIdError, validate_experiment
+from rollout_contract.proof import UnprovenResults
 from rollout_contract.protocol import (
     DEFAULT_ACTIVE_SESSION_QUOTA,
     DEFAULT_IDLE_TIMEOUT_S,
@@ -73,6 +74,7 @@ CONTEXT_FLAGS = (
     "dispatcher_max_concurrency",
     "dispatcher_reserved_concurrency",
     "first_writer_wins",
+    "unproven_results",
     "runtime_arn",
     "runtime_role_arn",
     "sandbox",
@@ -197,6 +199,10 @@ class ExperimentSettings(BaseModel):
     #: The agent's result writes must carry ``If-None-Match: *`` (IAM condition ``s3:if-none-match``); off for agent
     #: images that write without it (an unmodified ART 0.2.0 agent), at the price of a late write overwriting.
     first_writer_wins: bool = True
+    #: What every reader does with a result that carries no proof of the rollout's agent (``-c unproven_results``,
+    #: published in the descriptor; D100): ``reject`` it, or ``accept`` it marked unproven (ART's own agents sign
+    #: nothing).
+    unproven_results: UnprovenResults = UnprovenResults.REJECT
     #: An existing runtime to build around instead of creating one (``-c runtime_arn``); ``image`` is then None.
     adopted_runtime: AdoptedRuntime | None = None
     #: What the runtime hosts: an agent, or the sandbox daemon (``-c sandbox=true``; trainers may then start
@@ -244,6 +250,17 @@ class ExperimentSettings(BaseModel):
     @classmethod
     def _boolean(cls, raw: Any) -> Any:
         return _boolean(raw, "first_writer_wins")
+
+    @field_validator("unproven_results", mode="before")
+    @classmethod
+    def _unproven(cls, raw: Any) -> Any:
+        choices = [choice.value for choice in UnprovenResults]
+        if isinstance(raw, str) and raw not in choices:
+            raise ContextError(
+                f"-c unproven_results={raw!r} is not one of {', '.join(choices)}; give accept for an agent that signs "
+                "no result (ART's own), else leave it out"
+            )
+        return raw
 
     @field_validator("alarm_topic_arn")
     @classmethod

@@ -20,6 +20,7 @@ from local_stack.moto_server import DUMMY_CREDENTIALS, LOCAL_REGION
 from rollout_contract.aws import ClientFactory, error_code
 from rollout_contract.credentials import ExperimentSecret, new_secret_value
 from rollout_contract.naming import PROJECT
+from rollout_contract.proof import UnprovenResults
 from rollout_contract.protocol import DEFAULT_INVOKE_TPS
 from rollout_contract.resources import (
     BUDGET_TABLE,
@@ -115,6 +116,7 @@ def provision_experiment(
     gateway_url: str | None = None,
     model_id: str | None = None,
     required_rollout_fields: tuple[str, ...] = (),
+    unproven_results: UnprovenResults = UnprovenResults.REJECT,
     bucket: str = LOCAL_RESULTS_BUCKET,
     kind: ExperimentKind = ExperimentKind.AGENT,
     tps_limit: float = DEFAULT_INVOKE_TPS,
@@ -151,6 +153,7 @@ def provision_experiment(
         gateway_url=gateway_url,
         model_id=model_id,
         required_rollout_fields=list(required_rollout_fields),
+        unproven_results=unproven_results,
         endpoints=endpoints,
         function_names={role: local_function_name(exp_id, role) for role in FUNCTION_ROLES},
         kind=kind,

@@ -53,6 +53,7 @@ from local_stack.provision import AwsClients, provision_experiment, provision_sh
 from local_stack.run_dir import STATE_FILE, guard, read_state
 from local_stack.worker import DEFAULT_HANDLERS
 from rollout_contract.ids import validate_experiment
+from rollout_contract.proof import UnprovenResults
 from rollout_contract.protocol import (
     DEFAULT_INVOKE_TPS,
     DEFAULT_QUALIFIER,
@@ -97,6 +98,8 @@ class StackSettings(Settings):
             name; none with ``model_base_url``).
         required_rollout_fields: ``_rollout`` fields the agent needs, published in the descriptor (trainers
             refuse a submit without them).
+        unproven_results: what the experiments' readers do with a result its agent did not sign, published in the
+            descriptor (``accept`` for ART's own agents; D100).
         gateway: put the token gateway in front of the model.
         gateway_open: let every caller use the gateway (default: the experiments' model-call and admin keys, D100);
             for a client that cannot send a key (rLLM's gateway client has no such setting).
@@ -136,6 +139,7 @@ class StackSettings(Settings):
     model: EndpointSettings = Field(default_factory=EndpointSettings)
     model_id: str | None = None
     required_rollout_fields: tuple[str, ...] = ()
+    unproven_results: UnprovenResults = UnprovenResults.REJECT
     gateway: bool = True
     gateway_open: bool = False
     emulator: bool = True
@@ -329,6 +333,7 @@ class LocalStack:
                 gateway_url=self.gateway_url,
                 model_id=self.published_model_id,
                 required_rollout_fields=self.settings.required_rollout_fields,
+                unproven_results=self.settings.unproven_results,
                 kind=self.settings.kind,
                 tps_limit=self.settings.tps_limit or DEFAULT_INVOKE_TPS,
                 session_budget=self.settings.session_budget or DEFAULT_SESSION_BUDGET,

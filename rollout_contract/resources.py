@@ -18,6 +18,7 @@ from rollout_contract.events import OBJECT_CREATED, S3_SOURCE
 from rollout_contract.ids import InvalidIdError, validate_experiment
 from rollout_contract.keys import experiment_prefix
 from rollout_contract.naming import DLQ_SUFFIX, EXPERIMENT_NAMES, PROJECT
+from rollout_contract.proof import UnprovenResults
 from rollout_contract.protocol import (
     DEFAULT_ACTIVE_SESSION_QUOTA,
     DEFAULT_INVOKE_TPS,
@@ -289,7 +290,9 @@ class ExperimentDescriptor(BaseModel):
     CloudFormation); both empty in descriptors published before they existed, and ``log_groups`` locally.
     ``model_id`` is the model name agents are told when a trainer names none (``-c model_id`` in AWS; the
     local stack's own model); ``required_rollout_fields`` are the ``_rollout`` fields the experiment's agent
-    needs, so a submit without them is refused before anything is sent.
+    needs, so a submit without them is refused before anything is sent. ``unproven_results`` is what every reader
+    of the experiment (trainers, the CLI's views) does with a result that carries no proof of its agent (D100):
+    ``accept`` for an experiment whose agent is ART's own (``-c unproven_results=accept``).
     ``kind`` says what the runtime hosts; ``tps_limit`` and ``session_budget`` are the budgets the functions keep,
     which a sandbox client spends from too (so it must space its calls and count its slots alike); ``tps_limit`` is
     per endpoint, and the functions invoke ``runtime_endpoints`` of them (``-c endpoints=K``).
@@ -313,6 +316,7 @@ class ExperimentDescriptor(BaseModel):
     log_groups: dict[str, str] = Field(default_factory=dict)
     model_id: str | None = None
     required_rollout_fields: list[str] = Field(default_factory=list)
+    unproven_results: UnprovenResults = UnprovenResults.REJECT
     kind: ExperimentKind = ExperimentKind.AGENT
     tps_limit: float = Field(default=DEFAULT_INVOKE_TPS, gt=0)
     session_budget: int = Field(default=DEFAULT_SESSION_BUDGET, gt=0)

@@ -276,8 +276,8 @@ class RolloutClient:
         """Connect to the experiment ``descriptor`` describes, or to its ``run`` (``kwargs`` override its values;
         one given as ``None`` keeps the descriptor's).
 
-        The descriptor's ``model_id`` is the default model name and its ``required_rollout_fields`` are checked
-        on every submit.
+        The descriptor's ``model_id`` is the default model name, its ``required_rollout_fields`` are checked
+        on every submit, and its ``unproven_results`` is what the client does with a result its agent did not sign.
         """
         options: dict[str, Any] = {
             "dispatch_queue_url": descriptor.dispatch_queue_url,
@@ -287,6 +287,7 @@ class RolloutClient:
             "gateway_url": descriptor.gateway_url,
             "model_id": descriptor.model_id,
             "required_rollout_fields": descriptor.required_rollout_fields,
+            "unproven_results": descriptor.unproven_results,
         }
         options.update((key, value) for key, value in kwargs.items() if value is not None or key not in options)
         return cls(descriptor.runtime_arn, descriptor.results_bucket, join_exp_id(descriptor.exp_id, run), **options)

@@ -146,7 +146,11 @@ class Watch:
         factory = ClientFactory(region=descriptor.region, endpoints=descriptor.endpoints, max_pool_connections=4)
         self._clients = factory.clients("sqs", "s3", "dynamodb", "cloudwatch", "secretsmanager")
         self._results = ResultReader(
-            self._clients["s3"], self._clients["secretsmanager"], descriptor.results_bucket, descriptor.exp_id
+            self._clients["s3"],
+            self._clients["secretsmanager"],
+            descriptor.results_bucket,
+            descriptor.exp_id,
+            descriptor.unproven_results,
         )
         # A result found stored is kept across refreshes: each lists only what is not known to have ended.
         self._check = InFlightCheck(lambda records: check_in_flight(self._results, records, self.exp_id))

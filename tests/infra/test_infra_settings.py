@@ -15,6 +15,7 @@ from infra.settings import (
 )
 from rollout_contract.keys import experiment_prefix, payload_ref_key, payload_ref_prefix
 from rollout_contract.naming import EXPERIMENT_MAX_LENGTH
+from rollout_contract.proof import UnprovenResults
 from rollout_contract.protocol import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_LIFETIME_S
 from rollout_contract.resources import ExperimentResources
 
@@ -144,6 +145,14 @@ def test_first_writer_wins_is_on_unless_turned_off_and_only_true_or_false_is_tak
     assert not experiment_settings({**base, "first_writer_wins": "false"}).first_writer_wins
     with pytest.raises(ContextError, match="first_writer_wins='maybe' is not a boolean"):
         experiment_settings({**base, "first_writer_wins": "maybe"})
+
+
+def test_unproven_results_are_refused_unless_accepted_and_only_reject_or_accept_is_taken() -> None:
+    base = {"experiment": "alpha", "image_tag": "v1"}
+    assert experiment_settings(base).unproven_results is UnprovenResults.REJECT
+    assert experiment_settings({**base, "unproven_results": "accept"}).unproven_results is UnprovenResults.ACCEPT
+    with pytest.raises(ContextError, match="unproven_results='yes' is not one of reject, accept; give accept for"):
+        experiment_settings({**base, "unproven_results": "yes"})
 
 
 def test_the_model_name_and_the_fields_the_agent_needs_are_read_from_context() -> None:

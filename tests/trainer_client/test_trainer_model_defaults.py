@@ -5,23 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from trainer_support import FAST_POLL, aws
+from trainer_support import FAST_POLL, aws, publish
 
-from rollout_contract import ExperimentResources
 from trainer_client import MissingRolloutFieldError, RolloutClient
 from trainer_client._cli import main
-
-
-def publish(descriptor, **fields):
-    """Publish ``descriptor`` with ``fields`` changed, as the stack would; return the new one."""
-    changed = descriptor.model_copy(update=fields)
-    aws("ssm").put_parameter(
-        Name=ExperimentResources.for_experiment(descriptor.exp_id).descriptor_parameter,
-        Value=changed.model_dump_json(),
-        Type="String",
-        Overwrite=True,
-    )
-    return changed
 
 
 def test_the_descriptors_model_is_the_default_and_a_call_overrides_it(descriptor, backend):

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from trainer_support import BUCKET, EXPERIMENT_KEY, FAST_POLL, put_result, scripted
+from trainer_support import BUCKET, EXPERIMENT_KEY, FAST_POLL, publish, put_result, scripted
 
 from rollout_contract import RolloutResult, Status
-from rollout_contract.proof import PROOF_METADATA, RESULT_NOT_FROM_AGENT, Provenance, ResultProof
+from rollout_contract.proof import PROOF_METADATA, RESULT_NOT_FROM_AGENT, Provenance, ResultProof, UnprovenResults
 from rollout_contract.sessions import SessionState
 from trainer_client import RolloutClient
+from trainer_client._cli import main as rollouts
 
 
 def forged_result_ends_as_agent_error(result: RolloutResult, provenance: Provenance) -> None:
@@ -85,6 +88,26 @@ def test_accepting_unproven_results_keeps_an_art_agents_result_marked_unproven(d
             Bucket=result.s3_bucket, Key=result.result_key, Body=result.to_json_bytes(), Metadata={PROOF_METADATA: "0"}
         )
         forged_result_ends_as_agent_error(forged.result(timeout=5), Provenance.FORGED)
+
+
+def test_an_experiment_that_accepts_unproven_results_says_so_to_every_client_and_view(descriptor, backend, capsys):
+    # GIVEN an experiment deployed with -c unproven_results=accept (its agent is ART's own) and an unsigned success
+    publish(descriptor, unproven_results=UnprovenResults.ACCEPT)
+    with RolloutClient.for_experiment(descriptor.exp_id, poll=FAST_POLL) as client:
+        future = client.invoke({"prompt": "6*7"}, input_id="q1")
+        (request,) = backend.receive(1)
+        put_result(scripted(request), signed=False)
+        # THEN a client that names no setting takes it, marked unproven
+        result = future.result(timeout=5)
+        assert (result.status, result.reward, result.provenance) == (Status.SUCCEEDED, 1.0, Provenance.UNPROVEN)
+    # AND the CLI's views read it as the agent stored it
+    assert rollouts(["results", descriptor.exp_id, "--json"]) == 0
+    (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert (row["_agentcore_rollouts"]["status"], row["rewards"]) == ("succeeded", [1.0])
+    # AND a client may still refuse it
+    with RolloutClient.for_experiment(descriptor.exp_id, unproven_results="reject") as strict:
+        (attached,) = strict.attach([future.result_key])
+        forged_result_ends_as_agent_error(attached.result(timeout=5), Provenance.UNPROVEN)
 
 
 def test_an_unknown_unproven_setting_is_refused_naming_the_choices(descriptor):

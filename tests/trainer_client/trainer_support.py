@@ -115,6 +115,18 @@ def create_experiment(exp_id: str = EXP_ID, bucket: str = BUCKET) -> ExperimentD
     return descriptor
 
 
+def publish(descriptor: ExperimentDescriptor, **fields: Any) -> ExperimentDescriptor:
+    """Publish ``descriptor`` with ``fields`` changed, as the stack would; return the new one."""
+    changed = descriptor.model_copy(update=fields)
+    aws("ssm").put_parameter(
+        Name=ExperimentResources.for_experiment(descriptor.exp_id).descriptor_parameter,
+        Value=changed.model_dump_json(),
+        Type="String",
+        Overwrite=True,
+    )
+    return changed
+
+
 def put_result(result: RolloutResult, *, bucket: str = BUCKET, signed: bool = True) -> None:
     """Store ``result`` as its agent does: signed with its session's key (D100), unless ``signed`` is false."""
     body = result.to_json_bytes()
