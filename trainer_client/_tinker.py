@@ -11,8 +11,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-import httpx
-
 __all__ = ["OFFICIAL_BASE_URL", "probe_tinker"]
 
 #: Where the SDK goes without ``TINKER_BASE_URL`` (``tinker.lib.base_url.DEFAULT_BASE_URL``).
@@ -26,6 +24,8 @@ def probe_tinker(environ: Mapping[str, str] | None = None) -> tuple[bool, str, s
     url, key = environ.get("TINKER_BASE_URL"), environ.get("TINKER_API_KEY")
     if not url and not key:
         return None
+    import httpx  # here, not at the top: the rollouts CLI imports this module and starts without an HTTP client
+
     url = (url or OFFICIAL_BASE_URL).rstrip("/")
     headers = {"X-API-Key": key} if key else {}
     try:
