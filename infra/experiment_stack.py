@@ -187,7 +187,9 @@ class ExperimentStack(Stack):
         if adopted is not None:
             Annotations.of(self.agent).add_info(
                 f"adopting runtime {adopted.arn}: the stack attaches to its execution role {adopted.role_arn} this "
-                f"statement (an AWS::IAM::Policy of the stack, removed with it): {json.dumps(statement)}"
+                f"statement (an AWS::IAM::Policy of the stack, removed with it): {json.dumps(statement)}, and "
+                f"secretsmanager:GetSecretValue on {ExperimentSecret.MODEL_KEY.secret_name(settings.exp_id)} (the "
+                "model-call key its agent sends the gateway, D100)"
             )
         return iam.PolicyStatement.from_json(statement)
 

@@ -17,6 +17,7 @@ from aws_cdk.assertions import Match, Template
 from infra.app import adopted_environment, build_experiment
 from infra.nag import add_nag_checks
 from infra.settings import ContextError, experiment_settings
+from rollout_contract.credentials import ExperimentSecret
 from rollout_contract.keys import experiment_prefix
 from rollout_contract.resources import ExperimentDescriptor, ExperimentResources, results_bucket_name
 from tests.infra.conftest import SYNTH_TIMEOUT_S
@@ -79,11 +80,20 @@ def test_the_functions_and_the_descriptor_name_the_adopted_runtime(adopted: tupl
     assert stop and all(s["Resource"] == [RUNTIME_ARN, f"{RUNTIME_ARN}/*"] for s in stop)
 
 
-def test_the_runtimes_role_gets_the_result_write_under_the_experiments_prefix_only(
+def _model_key_read(template: Template) -> dict[str, Any]:
+    """The statement that lets the runtime read its experiment's model-call key, the one secret it may read (D100)."""
+    (secret,) = template.find_resources(
+        "AWS::SecretsManager::Secret", {"Properties": {"Name": ExperimentSecret.MODEL_KEY.secret_name("gsm8k")}}
+    )
+    return {"Action": "secretsmanager:GetSecretValue", "Effect": "Allow", "Resource": {"Ref": secret}}
+
+
+def test_the_runtimes_role_gets_the_result_write_under_the_experiments_prefix_and_its_model_key_only(
     adopted: tuple[Template, list[Any]],
 ) -> None:
     template, messages = adopted
-    # THEN one policy of the stack is attached to the runtime's existing role (by name), with one statement
+    # THEN one policy of the stack is attached to the runtime's existing role (by name): the result write, and the
+    # read of the model-call key it sends the gateway
     bucket = results_bucket_name(ACCOUNT, REGION)
     attached = [
         p["Properties"]
@@ -97,11 +107,13 @@ def test_the_runtimes_role_gets_the_result_write_under_the_experiments_prefix_on
             "Condition": {"StringEquals": {"s3:if-none-match": "*"}},
             "Effect": "Allow",
             "Resource": f"arn:aws:s3:::{bucket}/{experiment_prefix('gsm8k')}*",
-        }
+        },
+        _model_key_read(template),
     ]
     # AND synth says so, naming the role and the statement
     info = [m.entry.data for m in messages if "adopting runtime" in str(m.entry.data)]
     assert len(info) == 1 and ROLE_ARN in info[0] and "s3:PutObject" in info[0]
+    assert f"secretsmanager:GetSecretValue on {ExperimentSecret.MODEL_KEY.secret_name('gsm8k')}" in info[0]
 
 
 def test_a_runtime_still_running_arts_image_gets_the_result_write_without_the_condition(tmp_path: Path) -> None:
@@ -120,7 +132,8 @@ def test_a_runtime_still_running_arts_image_gets_the_result_write_without_the_co
     ]
     resource = f"arn:aws:s3:::{bucket}/{experiment_prefix('gsm8k')}*"
     assert _rendered(attached["PolicyDocument"]["Statement"]) == [
-        {"Action": "s3:PutObject", "Effect": "Allow", "Resource": resource}
+        {"Action": "s3:PutObject", "Effect": "Allow", "Resource": resource},
+        _model_key_read(template),
     ]
     (info,) = [str(m.entry.data) for m in messages if "adopting runtime" in str(m.entry.data)]
     assert "if-none-match" not in info
