@@ -205,8 +205,8 @@ def _drive(stack: LocalStack, root: Path) -> None:
     elsewhere = run_trainer_process(stack, EXP, "elsewhere", "1", "--no-wait", "--sleep", "3")
     assert elsewhere.returncode == 0, elsewhere.stderr[-2000:]
     # The receive it had open when it exited (trainer_process polls 1 s at a time) still takes the next event to come
-    # (SQS and moto alike; in one CI run ``ok``'s), which then stays invisible for the completion queue's 60 s
-    # visibility timeout: let that receive end before this test's rollouts finish.
+    # (moto's does; an SQS receive whose answer is lost may too; in one CI run ``ok``'s), which then stays invisible
+    # for the completion queue's 60 s visibility timeout: let that receive end before this test's rollouts finish.
     time.sleep(1.5)
     poll = PollSettings(wait_time_s=1, deadline_grace_s=1)  # the crash's future is checked before its event
     with RolloutClient.for_experiment(EXP, poll=poll) as client:
