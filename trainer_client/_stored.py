@@ -10,13 +10,14 @@ the trainer, a result not written yet is a 403. A 403 is therefore settled by li
 from __future__ import annotations
 
 import functools
+import time
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from rollout_contract.aws import error_code
 from rollout_contract.keys import parse_result_key
-from rollout_contract.proof import ResultProof, UnprovenResults, accepted, refused
+from rollout_contract.proof import Provenance, ResultProof, UnprovenResults, accepted, refused
 from trainer_client._results import ClientResult
 
 if TYPE_CHECKING:
@@ -26,6 +27,8 @@ __all__ = ["ResultReader", "is_stored", "read_if_stored"]
 
 _MISSING = frozenset({"NoSuchKey", "404", "NotFound"})
 _DENIED = frozenset({"AccessDenied", "403"})
+#: The pause before an unproven result is read again (see ``ResultReader._parse``).
+_UNPROVEN_REREAD_S = 0.2
 
 
 class ResultReader:
@@ -69,6 +72,13 @@ class ResultReader:
         stored_at = parse_result_key(key)
         body = bytes(stored["Body"].read())
         provenance = self._proof().check(stored_at.session_id, body, stored.get("Metadata"))
+        if provenance is Provenance.UNPROVEN and not accepted(provenance, self.unproven):
+            # Read once more before refusing: moto (the local stack's S3) shows a new object, and sends its event,
+            # before it sets the object's metadata, where the proof is; S3's PUT stores both at once.
+            time.sleep(_UNPROVEN_REREAD_S)
+            again = self.s3.get_object(Bucket=self.bucket, Key=key)
+            body = bytes(again["Body"].read())
+            provenance = self._proof().check(stored_at.session_id, body, again.get("Metadata"))
         if not accepted(provenance, self.unproven):
             return refused(ClientResult, provenance, stored_at, self.bucket)
         result = ClientResult.from_json_bytes(body)

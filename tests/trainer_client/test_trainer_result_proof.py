@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
-from trainer_support import BUCKET, EXPERIMENT_KEY, FAST_POLL, publish, put_result, scripted
+from trainer_support import BUCKET, EXPERIMENT_KEY, FAST_POLL, aws, publish, put_result, scripted
 
 from rollout_contract import RolloutResult, Status
 from rollout_contract.proof import PROOF_METADATA, RESULT_NOT_FROM_AGENT, Provenance, ResultProof, UnprovenResults
 from rollout_contract.sessions import SessionState
 from trainer_client import RolloutClient
 from trainer_client._cli import main as rollouts
+from trainer_client._stored import ResultReader
 
 
 def forged_result_ends_as_agent_error(result: RolloutResult, provenance: Provenance) -> None:
@@ -108,6 +110,24 @@ def test_an_experiment_that_accepts_unproven_results_says_so_to_every_client_and
     with RolloutClient.for_experiment(descriptor.exp_id, unproven_results="reject") as strict:
         (attached,) = strict.attach([future.result_key])
         forged_result_ends_as_agent_error(attached.result(timeout=5), Provenance.UNPROVEN)
+
+
+def test_a_result_read_before_its_metadata_landed_is_read_again_not_refused(client, descriptor, backend):
+    # GIVEN a signed result, read the first time as moto's S3 shows it while its PUT is under way: without metadata
+    future = client.invoke({"prompt": "6*7"}, input_id="q1")
+    (request,) = backend.receive(1)
+    put_result(scripted(request))
+    s3, reads = aws("s3"), []
+
+    def get_object(**kwargs):
+        stored = s3.get_object(**kwargs)
+        reads.append(kwargs["Key"])
+        return {**stored, "Metadata": {}} if len(reads) == 1 else stored
+
+    reader = ResultReader(SimpleNamespace(get_object=get_object), aws("secretsmanager"), BUCKET, descriptor.exp_id)
+    # WHEN the trainer reads it THEN it reads it once more and accepts it, proven
+    result = reader.read(future.result_key)
+    assert (result.status, result.provenance, reads) == (Status.SUCCEEDED, Provenance.PROVEN, [future.result_key] * 2)
 
 
 def test_an_unknown_unproven_setting_is_refused_naming_the_choices(descriptor):
