@@ -12,7 +12,9 @@ answered; for *after*, the check done too), so the check's own time counts in th
 
 Output: one JSON line and ``benchmarks/results/view_lag_bench.json``: per view, the lag's p50, p99 and max over
 every rollout and how many were shown running after their result was stored; per checked view the check's own
-time per sample (p50, p99), the rollouts listed per sample, and the calls. Target: p99 < 2 s for both.
+time per sample (p50, p99), the rollouts listed per sample, and the calls; where the table's own lag is (*table*:
+how long the finisher's batches waited in its queue and took, from the local workers' logs, and how many finisher
+environments ran). Target: p99 < 2 s for both.
 
 Run: ``.venv/bin/python benchmarks/view_lag_bench.py [--rollouts 400] [--concurrency 32] [--interval 0.5]``
 (about two minutes on 2 cores). Logs under ``.local-stack/view-lag/``.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import threading
 import time
@@ -43,6 +46,8 @@ from trainer_client._sessions import InFlightCheck, InFlightView, check_in_fligh
 from trainer_client._stored import ResultReader
 
 EXP_ID = "lag"
+#: The local worker's line for each batch it handed a function (``local_stack.worker``).
+BATCH_LINE = re.compile(r"-finisher: batch of \d+, \d+ failed, (?P<ms>\d+) ms, queued (?P<queued>[\d.]+) s")
 
 
 def quantiles(values: list[float]) -> dict[str, float | int | None]:
@@ -75,6 +80,7 @@ class Sampler:
         self._interval = interval_s
         self.name = "after" if refreshed else "one_shot"
         self.last_shown: dict[str, dict[str, float]] = {"before": {}, self.name: {}}
+        self.index_s: list[float] = []
         self.check_s: list[float] = []
         self.listed: list[int] = []
         self.stop = threading.Event()
@@ -87,12 +93,27 @@ class Sampler:
             listed_at = time.time()
             view = self._check(records)
             checked_at = time.time()
+            self.index_s.append(listed_at - at)
             self.check_s.append(checked_at - listed_at)
             self.listed.append(len(records))
             for name, shown, ready_at in (("before", records, listed_at), (self.name, view.in_flight, checked_at)):
                 for record in shown:
                     self.last_shown[name][record.session_id] = ready_at
             self.stop.wait(max(0.0, at + self._interval - time.time()))
+
+
+def finisher_batches(run_dir: Path) -> dict[str, Any]:
+    """How long the finisher's batches waited in its queue (the oldest record) and took, from the workers' logs."""
+    batches = [
+        match
+        for log in sorted(run_dir.glob(f"worker-{EXP_ID}*.log"))
+        for match in map(BATCH_LINE.search, log.read_text(errors="replace").splitlines())
+        if match is not None
+    ]
+    return {
+        "queue_wait_s": quantiles([float(m["queued"]) for m in batches]),
+        "batch_s": quantiles([int(m["ms"]) / 1000 for m in batches]),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             thread.join()
     finally:
         stack.stop()
+    table = {"finisher_environments": stack.settings.finisher_environments, **finisher_batches(stack.run_dir)}
     stored_at = {
         item.session_id: item.result.timings.finished_at
         for item in items
@@ -132,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, last_shown in (*top.last_shown.items(), (one_shot.name, one_shot.last_shown[one_shot.name])):
         lags = [max(0.0, last_shown.get(sid, 0.0) - at) for sid, at in stored_at.items()]
         figures[name] = {"lag_s": quantiles(lags), "shown_running_after_stored": sum(lag > 0 for lag in lags)}
+    figures["before"]["table"] = table
     for sampler in samplers:
+        figures[sampler.name]["index_s"] = quantiles(sampler.index_s)
         figures[sampler.name]["check_s"] = quantiles(sampler.check_s)
         figures[sampler.name]["listed_per_sample"] = quantiles([float(n) for n in sampler.listed])
     figures["check_calls"] = {

@@ -68,6 +68,7 @@ __all__ = [
     "Worker",
     "WorkerSettings",
     "main",
+    "queue_wait_s",
     "scheduled_event",
     "sqs_event",
 ]
@@ -155,6 +156,15 @@ def scheduled_event(*, rule_arn: str, region: str, account: str) -> dict[str, An
         "resources": [rule_arn],
         "detail": {},
     }
+
+
+def queue_wait_s(messages: Sequence[Mapping[str, Any]], now: float) -> float:
+    """Seconds the oldest of ``messages`` waited in its queue before this receive (from ``SentTimestamp``; 0 when
+    no message carries it): where a function's backlog shows, as SQS's ``ApproximateAgeOfOldestMessage`` in AWS."""
+    sent = [
+        int(m["Attributes"]["SentTimestamp"]) / 1000 for m in messages if "SentTimestamp" in m.get("Attributes", {})
+    ]
+    return max(0.0, now - min(sent)) if sent else 0.0
 
 
 def failed_message_ids(response: Any, message_ids: Sequence[str]) -> set[str]:
@@ -398,6 +408,7 @@ class Worker:
     def _invoke(self, function: FunctionSpec, queue_url: str, queue_arn: str, messages: list[MessageTypeDef]) -> int:
         ids = [message["MessageId"] for message in messages]
         event = sqs_event(messages, queue_arn=queue_arn, region=self._region)
+        queued_s = queue_wait_s(messages, time.time())
         started = time.monotonic()
         try:
             response = function.handler(event, function.context())
@@ -416,11 +427,12 @@ class Worker:
             for failure in result.get("Failed", []):
                 logger.warning("%s: could not delete a record: %s", function.name, failure.get("Message"))
         logger.info(
-            "%s: batch of %d, %d failed, %.0f ms",
+            "%s: batch of %d, %d failed, %.0f ms, queued %.1f s (the oldest record)",
             function.name,
             len(messages),
             len(failed),
             (time.monotonic() - started) * 1000,
+            queued_s,
         )
         return len(messages)
 

@@ -16,7 +16,7 @@ from local_stack._process import ManagedProcess
 from local_stack.moto_server import LOCAL_REGION, aws_env, endpoints_for
 from local_stack.provision import AwsClients, ProvisionedExperiment, provision_experiment, provision_shared
 from local_stack.stack import PROJECT_ROOT, runtime_arn
-from local_stack.worker import failed_message_ids, sqs_event
+from local_stack.worker import failed_message_ids, queue_wait_s, sqs_event
 from trainer_client.doctor import Experiment, function_check
 
 pytestmark = pytest.mark.processes
@@ -220,3 +220,13 @@ def test_sqs_event_converts_message_attributes_to_the_lambda_shape() -> None:
     assert record["messageAttributes"]["kind"]["stringValue"] == "start"
     assert record["messageAttributes"]["blob"]["binaryValue"] == "AAE="
     assert record["attributes"]["ApproximateReceiveCount"] == "3"
+
+
+def test_queue_wait_is_the_oldest_records_age_at_the_receive() -> None:
+    # GIVEN a batch whose records were sent 2.5 s and 0.5 s before the receive, and one without the attribute
+    now = 1_000.0
+    messages = [{"Attributes": {"SentTimestamp": str(int((now - age) * 1000))}} for age in (0.5, 2.5)]
+    # WHEN the worker measures how long the batch waited
+    # THEN it is the oldest record's wait; a batch that carries no send time waited 0 (not an error)
+    assert queue_wait_s([*messages, {"Attributes": {}}], now) == pytest.approx(2.5)
+    assert queue_wait_s([{"Attributes": {}}], now) == 0.0
