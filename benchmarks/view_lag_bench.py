@@ -16,8 +16,9 @@ time per sample (p50, p99), the rollouts listed per sample, and the calls; where
 how long the finisher's batches waited in its queue and took, from the local workers' logs, and how many finisher
 environments ran). Target: p99 < 2 s for both.
 
-Run: ``.venv/bin/python benchmarks/view_lag_bench.py [--rollouts 400] [--concurrency 32] [--interval 0.5]``
-(about two minutes on 2 cores). Logs under ``.local-stack/view-lag/``.
+Run: ``.venv/bin/python benchmarks/view_lag_bench.py [--rollouts 400] [--concurrency 32] [--interval 0.5]
+[--finisher-environments N]``
+(about seven minutes on 2 cores). Logs under ``.local-stack/view-lag/``.
 """
 
 from __future__ import annotations
@@ -121,10 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rollouts", type=int, default=400, help="rollouts in the eval (400)")
     parser.add_argument("--concurrency", type=int, default=32, help="rollouts in flight at most (32)")
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between samples of the views (0.5)")
+    parser.add_argument(
+        "--finisher-environments", type=int, help="finisher environments (default: the local stack's, D104)"
+    )
     parser.add_argument("--run-dir", default=".local-stack/view-lag", help="logs and state")
     args = parser.parse_args(argv)
     record = results.begin("view_lag_bench")
-    stack = LocalStack(MATH_AGENT.settings(run_dir=Path(args.run_dir).resolve(), experiments=(EXP_ID,)))
+    environments = {} if args.finisher_environments is None else {"finisher_environments": args.finisher_environments}
+    stack = LocalStack(MATH_AGENT.settings(run_dir=Path(args.run_dir).resolve(), experiments=(EXP_ID,), **environments))
     stack.start()
     try:
         with environment(stack.env), RolloutClient.for_experiment(EXP_ID, poll=PollSettings()) as client:

@@ -72,6 +72,11 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     up.add_argument(
         "--dispatcher-environments", type=int, default=2, help="dispatcher worker processes per experiment (2)"
     )
+    up.add_argument(
+        "--finisher-environments",
+        type=int,
+        help="finisher worker processes per experiment (default: five, the batches Lambda runs at once from the start)",
+    )
     up.add_argument("--sweep-interval", type=float, default=5.0, help="seconds between sweeper runs (5)")
     quota = up.add_argument_group("quotas (ACR's defaults unless given)")
     quota.add_argument(
@@ -298,6 +303,7 @@ def _up(args: argparse.Namespace) -> int:
             gateway=not args.no_gateway,
             workers=not args.no_workers,
             dispatcher_environments=args.dispatcher_environments,
+            **({} if args.finisher_environments is None else {"finisher_environments": args.finisher_environments}),
             sweep_interval_s=args.sweep_interval,
             endpoints=args.endpoints,
             **quota_settings(

@@ -66,6 +66,7 @@ from rollout_contract.settings import PathValue, Settings
 
 __all__ = [
     "DEFAULT_RUN_DIR",
+    "LAMBDA_INITIAL_POLLERS",
     "PROJECT_ROOT",
     "LocalStack",
     "StackSettings",
@@ -78,6 +79,8 @@ __all__ = [
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RUN_DIR = Path(".local-stack")
+#: Batches Lambda's SQS event source hands a function at once from the start (it adds more under a backlog).
+LAMBDA_INITIAL_POLLERS = 5
 
 
 def runtime_arn(exp_id: str, agent_name: str = DEFAULT_AGENT_NAME) -> str:
@@ -117,9 +120,11 @@ class StackSettings(Settings):
         handlers: dotted handler paths per role (``dispatcher``, ``finisher``, ``sweeper``).
         dispatcher_environments: dispatcher worker processes per experiment. Each is one Lambda execution
             environment (one invocation at a time, batch records handled in parallel inside it), like
-            the dispatcher's concurrency in AWS; the finisher and the sweeper have a process each.
-        finisher_environments: finisher execution environments (processes) per experiment (Lambda runs up to
-            five finisher batches at once from the start, and frees a session slot per result).
+            the dispatcher's concurrency in AWS; the sweeper has one process.
+        finisher_environments: finisher execution environments (processes) per experiment: five, as Lambda's SQS
+            event source runs five finisher batches at once from the start. Each batch waits for its slowest stop
+            (the agent's process ending), so with one a backlog's results waited behind those stops and the
+            sessions table learned of an end 60-145 s late at a backlog (D104).
         sweep_interval_s: seconds between sweeper runs.
         extra_pythonpath: directories prepended to the workers' ``PYTHONPATH`` (for test handlers).
         ready_timeout_s: how long each process may take to become ready.
@@ -152,7 +157,7 @@ class StackSettings(Settings):
     kind: ExperimentKind = ExperimentKind.AGENT
     handlers: Mapping[str, str] = Field(default_factory=lambda: dict(DEFAULT_HANDLERS))
     dispatcher_environments: int = Field(default=2, ge=1)
-    finisher_environments: int = Field(default=1, ge=1)
+    finisher_environments: int = Field(default=LAMBDA_INITIAL_POLLERS, ge=1)
     sweep_interval_s: float = Field(default=5.0, gt=0)
     extra_pythonpath: tuple[PathValue, ...] = ()
     ready_timeout_s: float = Field(default=60.0, gt=0)

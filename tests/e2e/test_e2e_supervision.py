@@ -11,7 +11,7 @@ import pytest
 from e2e_support import connect, emulator_counters, scripted_stack, serving, wait_until
 
 from local_stack._process import pid_alive
-from local_stack.stack import LocalStack
+from local_stack.stack import LAMBDA_INITIAL_POLLERS, LocalStack
 from local_stack.worker import WorkerSettings
 from rollout_contract import Status
 
@@ -32,9 +32,10 @@ def _worker_pid(stack: LocalStack, name: str) -> int:
 
 
 def test_sigkilled_workers_are_restarted_and_rollouts_still_complete_and_get_stopped(stack: LocalStack) -> None:
-    # GIVEN every worker environment of the experiment (two dispatchers, the finisher, the sweeper) SIGKILLed
+    # GIVEN every worker environment of the experiment (two dispatchers, five finishers as Lambda runs from the
+    # start, the sweeper) SIGKILLed
     names = stack.worker_names()
-    assert len(names) == 4
+    assert len(names) == 2 + LAMBDA_INITIAL_POLLERS + 1
     killed = {name: _worker_pid(stack, name) for name in names}
     for pid in killed.values():
         os.kill(pid, signal.SIGKILL)

@@ -122,6 +122,7 @@ def test_status_without_a_usable_environment_says_how_to_set_it(tmp_path, settin
         (["demo", "--timeout", "inf"], "--timeout must be a finite positive number of seconds, got inf"),
         (["demo", "--output", "{tmp}/missing/out.jsonl"], "directory {tmp}/missing does not exist"),
         (["local", "up", "--sweep-interval", "0"], "sweep_interval_s must be positive, got 0.0"),
+        (["local", "up", "--finisher-environments", "0"], "finisher_environments must be at least 1, got 0"),
     ],
 )
 def test_local_commands_refuse_bad_input_before_starting_anything(tmp_path, args, message):
