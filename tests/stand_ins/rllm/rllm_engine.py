@@ -6,6 +6,7 @@ with the mode's sampling parameters, ONE task per ``execute_tasks`` call, reward
 then the session deleted. The episode here is its metadata and the traces (rLLM builds Steps from them).
 """
 
+import asyncio
 import uuid
 
 from rllm.engine.remote_runtime.protocol import RemoteAgentRuntime, TaskSubmission
@@ -53,3 +54,54 @@ class SessionUrls:
 
     async def adelete_session(self, session_id):
         return 0
+
+
+class RemoteAgentFlowEngine:
+    """rLLM's ``RemoteAgentFlowEngine.execute_tasks``: every task through :func:`run_one` (at most
+    ``n_parallel_tasks`` at once), each an ``Episode`` with one trajectory of the session's traces as steps (rLLM's
+    ``trace_record_to_step``: prompt ids, completion ids, logprobs) and the runtime's reward."""
+
+    def __init__(self, runtime, gateway, session_timeout, n_parallel_tasks=256):
+        self.runtime = runtime
+        self.gateway = gateway
+        self.session_timeout = session_timeout
+        self._semaphore = asyncio.Semaphore(n_parallel_tasks)
+
+    async def execute_tasks(self, tasks, task_ids, is_validation=False, **kwargs):
+        counts = {}
+        indexed = []
+        for task, task_id in zip(tasks, task_ids, strict=True):
+            indexed.append((task, task_id, counts.get(task_id, 0)))
+            counts[task_id] = counts.get(task_id, 0) + 1
+        return await asyncio.gather(
+            *(self._one(task, task_id, index, is_validation) for task, task_id, index in indexed)
+        )
+
+    async def _one(self, task, task_id, rollout_idx, is_validation):
+        from rllm.types import Episode, Step, Trajectory
+
+        async with self._semaphore:
+            result, metadata, traces = await run_one(
+                self.runtime, self.gateway, task, task_id, self.session_timeout, is_validation
+            )
+        steps = [
+            Step(
+                prompt_ids=list(t.prompt_token_ids),
+                response_ids=list(t.completion_token_ids),
+                logprobs=list(t.logprobs or []),
+            )
+            for t in traces
+        ]
+        trajectories = [Trajectory(name="default", task=task, steps=steps, reward=result.reward)]
+        if not steps and result.reward is None:
+            trajectories = []
+        return Episode(
+            id=f"{task_id}:{rollout_idx}",
+            task=task,
+            is_correct=bool(result.reward and result.reward >= 1.0),
+            session_id=result.session_id,
+            trajectories=trajectories,
+            metrics={"empty": int(not traces), "steps_collected": len(traces)},
+            metadata=metadata,
+            termination_reason=result.termination_reason,
+        )
