@@ -43,14 +43,16 @@ node_modules/.installed: package.json package-lock.json
 	touch $@
 
 # CPU torch first, with pip (it takes the CPU build on this machine image; a bare `torch` requirement
-# would pull a multi-GB CUDA build), then the rest with uv; verl without its GPU-only pins.
+# would pull a multi-GB CUDA build), then the rest with uv; verl without its GPU-only pins, tinker-cookbook without its
+# transformers<=5.5.4 pin (requirements/ml.txt).
 ml-env: $(ML_VENV)/.installed
 
 $(ML_VENV)/.installed: pyproject.toml requirements/ml.txt
 	test -x $(ML_BIN)/python || $(PYTHON) -m venv $(ML_VENV)
 	$(ML_BIN)/python -m pip install --quiet --disable-pip-version-check torch==2.13.0 uv
 	$(ML_BIN)/uv pip install --quiet --python $(ML_BIN)/python --compile-bytecode -e '.[dev]' -r requirements/ml.txt
-	$(ML_BIN)/uv pip install --quiet --python $(ML_BIN)/python --compile-bytecode --no-deps verl==0.9.1
+	$(ML_BIN)/uv pip install --quiet --python $(ML_BIN)/python --compile-bytecode --no-deps verl==0.9.1 \
+		tinker-cookbook==0.5.8
 	$(call cdk_lib_wins,$(ML_BIN))
 	touch $@
 
