@@ -15,7 +15,8 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,27 +28,32 @@ from local_stack._process import environment
 from local_stack.model_endpoint import EndpointSettings
 from local_stack.stack import LocalStack
 
-__all__ = ["main", "run"]
+__all__ = ["LoopSettings", "loop_main", "loop_summary", "main", "run"]
 
 RENDERER = "local_stack.tiny_policy.tinker_renderer:TinyRenderer"
 
 
-def run(
-    *,
-    steps: int,
-    prompts: int,
-    samples: int,
-    learning_rate: float,
-    max_tokens: int,
-    seed: int,
-    output_dir: Path,
-    run_dir: Path,
-    out: Any = sys.stdout,
-) -> dict[str, Any]:
-    """Train for ``steps`` steps; return the summary (also printed as the last line)."""
+@dataclass(frozen=True)
+class LoopSettings:
+    """One closed-loop run of the lookup task through the local Tinker endpoint (the defaults: the README's)."""
+
+    output_dir: Path
+    run_dir: Path
+    steps: int = 10
+    prompts: int = 6
+    samples: int = 8
+    learning_rate: float = 4e-2
+    max_tokens: int = 8
+    seed: int = 0
+
+
+def run(settings: LoopSettings, out: Any = sys.stdout) -> dict[str, Any]:
+    """Train for ``settings.steps`` steps; return the summary (also printed as the last line)."""
     from trainer_client.backends.tinker import TinkerConfig, train
 
     started = time.monotonic()
+    steps, prompts, samples, seed = settings.steps, settings.prompts, settings.samples, settings.seed
+    output_dir, run_dir = settings.output_dir, settings.run_dir
     output_dir.mkdir(parents=True, exist_ok=True)
     dataset = output_dir / "dataset.jsonl"
     rows = episode_payloads(steps * prompts, seed=seed)
@@ -70,8 +76,8 @@ def run(
             steps=steps,
             batch_size=prompts,
             group_size=samples,
-            learning_rate=learning_rate,
-            max_new_tokens=max_tokens,
+            learning_rate=settings.learning_rate,
+            max_new_tokens=settings.max_tokens,
             rollout_timeout=60.0,
             seed=seed,
         )
@@ -82,48 +88,55 @@ def run(
         title="Tinker API on the local stack: tiny transformer, lookup task",
         lower=("logprob_max_abs_diff", "max |trainer - sampler logprob|"),
     )
-    rewards = [step["reward_mean"] or 0.0 for step in history]
-    gaps = [step["logprob_max_abs_diff"] for step in history if "logprob_max_abs_diff" in step]
     summary = {
-        "steps": len(history),
-        "wall_s": round(time.monotonic() - started, 1),
-        "reward_first": rewards[0],
-        "reward_last3_mean": statistics.fmean(rewards[-3:]),
+        **loop_summary(history, started=started, plot=plot, log=output_dir / "metrics.jsonl"),
         "optimizer_steps": history[-1]["optimizer_steps"],
         "trained_tokens": sum(step["trained_tokens"] for step in history),
-        "logprob_max_abs_diff": max(gaps, default=0.0),
-        "token_exact": bool(gaps) and max(gaps) <= LOGPROB_TOLERANCE,
-        "plot": str(plot),
-        "log": str(output_dir / "metrics.jsonl"),
     }
     out.write(json.dumps(summary) + "\n")
     return summary
 
 
+def loop_summary(history: Sequence[dict[str, Any]], *, started: float, plot: Path, log: Path) -> dict[str, Any]:
+    """The summary of a run's steps (``reward_mean`` and, where trained, ``logprob_max_abs_diff`` each)."""
+    rewards = [step["reward_mean"] or 0.0 for step in history]
+    gaps = [step["logprob_max_abs_diff"] for step in history if step.get("logprob_max_abs_diff") is not None]
+    return {
+        "steps": len(history),
+        "wall_s": round(time.monotonic() - started, 1),
+        "reward_first": rewards[0],
+        "reward_last3_mean": statistics.fmean(rewards[-3:]),
+        "logprob_max_abs_diff": max(gaps, default=0.0),
+        "token_exact": bool(gaps) and max(gaps) <= LOGPROB_TOLERANCE,
+        "plot": str(plot),
+        "log": str(log),
+    }
+
+
+def loop_main(
+    argv: Sequence[str] | None, *, prog: str, description: str, name: str, train: Callable[[LoopSettings], Any]
+) -> int:
+    """Parse a closed loop's options into :class:`LoopSettings`, ``train`` with them; 1 unless token-exact."""
+    defaults = LoopSettings(output_dir=Path(), run_dir=Path())
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--steps", type=int, default=defaults.steps)
+    parser.add_argument("--prompts", type=int, default=defaults.prompts)
+    parser.add_argument("--samples", type=int, default=defaults.samples)
+    parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
+    parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens)
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--run-dir", type=Path, default=Path(".local-stack") / name)
+    parser.add_argument("--output-dir", type=Path, help=f"default: results/{name}-<UTC time>/")
+    args = vars(parser.parse_args(argv))
+    output_dir = args.pop("output_dir") or Path("results") / f"{name}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+    summary = train(LoopSettings(output_dir=output_dir.resolve(), **args))
+    return 0 if summary["token_exact"] else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m examples.grpo_local.tinker``: train, exit 1 if the trained tokens' logprobs were not exact."""
-    parser = argparse.ArgumentParser(prog="python -m examples.grpo_local.tinker", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--prompts", type=int, default=6)
-    parser.add_argument("--samples", type=int, default=8)
-    parser.add_argument("--learning-rate", type=float, default=4e-2)
-    parser.add_argument("--max-tokens", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--run-dir", type=Path, default=Path(".local-stack") / "tinker-local")
-    parser.add_argument("--output-dir", type=Path, help="default: results/tinker-local-<UTC time>/")
-    args = parser.parse_args(argv)
-    output_dir = args.output_dir or Path("results") / f"tinker-local-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
-    summary = run(
-        steps=args.steps,
-        prompts=args.prompts,
-        samples=args.samples,
-        learning_rate=args.learning_rate,
-        max_tokens=args.max_tokens,
-        seed=args.seed,
-        output_dir=output_dir,
-        run_dir=args.run_dir,
-    )
-    return 0 if summary["token_exact"] else 1
+    prog, description = "python -m examples.grpo_local.tinker", __doc__.split("\n\n")[0]
+    return loop_main(argv, prog=prog, description=description, name="tinker-local", train=run)
 
 
 if __name__ == "__main__":

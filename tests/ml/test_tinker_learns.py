@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 tinker = pytest.importorskip("tinker")
 
 from examples.grpo_local.checks import LOGPROB_TOLERANCE  # noqa: E402
-from examples.grpo_local.tinker import run  # noqa: E402
+from examples.grpo_local.tinker import LoopSettings, run  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -23,16 +23,7 @@ STEPS = 3
 
 
 def test_the_closed_loop_through_the_tinker_api_is_token_exact_and_on_policy(tmp_path):
-    summary = run(
-        steps=STEPS,
-        prompts=4,
-        samples=4,
-        learning_rate=4e-2,
-        max_tokens=8,
-        seed=0,
-        output_dir=tmp_path / "out",
-        run_dir=tmp_path / "stack",
-    )
+    summary = run(LoopSettings(tmp_path / "out", tmp_path / "stack", steps=STEPS, prompts=4, samples=4))
     steps = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert [step["step"] for step in steps] == list(range(1, STEPS + 1))
     # Every step had a signal and took one optimizer step; the sampler of step k served k - 1 steps' weights.

@@ -1,0 +1,20 @@
+python -m examples.math_agent.backends.rllm_tinker_train "$@" \
+    rllm/backend=tinker \
+    model.name=Qwen/Qwen3-4B-Instruct-2507 \
+    model.lora_rank=16 \
+    training.group_size=4 \
+    validation.group_size=1 \
+    training.learning_rate=2e-5 \
+    training.max_length=32768 \
+    data.max_prompt_length=30720 \
+    data.max_response_length=2048 \
+    data.train_batch_size=64 \
+    rllm.algorithm.adv_estimator=grpo \
+    rllm.algorithm.norm_adv_by_std_in_grpo=true \
+    rllm.trainer.total_epochs=1 \
+    rllm.trainer.project_name=agentcore-math \
+    rllm.trainer.experiment_name=gsm8k-grpo-1 \
+    rllm.remote_runtime.enabled=true \
+    rllm.remote_runtime.backend=agentcore_events \
+    +rllm.remote_runtime.agentcore.experiment=gsm8k-grpo-1 \
+    rllm.remote_runtime.session_timeout=300
