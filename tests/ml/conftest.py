@@ -4,11 +4,11 @@ import pytest
 
 
 def pytest_configure(config):
-    # The real frameworks run event loops in this process (the tinker SDK's client thread, verl's agent loop,
-    # ART's aiobotocore clients). CI's make test once failed after every ml test had passed: pytest's last garbage
-    # collection, at the session's end, found a socket and its asyncio transport left open (stop 41; not seen again
-    # in a run that collected after every test, so not traced to a test). Such a connection is shown in the
-    # warnings summary rather than failing the run; the main suite keeps it an error.
+    # The tinker SDK (0.38) leaves a connection of each client it closes to the garbage collector (its
+    # `tinker/_client.py` socket and asyncio transport, seen in the warnings summary of a fresh-clone CI run). CI's
+    # make test once failed after every ml test had passed: pytest's last collection, at the session's end, found
+    # one (stop 41). Such a connection is shown in the warnings summary rather than failing the run; the main
+    # suite keeps it an error.
     config.addinivalue_line("filterwarnings", "default:unclosed:ResourceWarning")
 
 
