@@ -94,6 +94,10 @@ def test_the_happy_path_makes_no_extra_call(descriptor, backend):
     # GIVEN a client whose every AWS call is counted
     with RolloutClient.from_descriptor(descriptor, poll=LATE_POLL) as client:
         calls = count_calls(client)
+        reads: Counter[str] = Counter()
+        client._clients.s3.meta.events.register(
+            "provide-client-params.s3.GetObject", lambda params, **_: reads.update([params["Key"]])
+        )
         submitted = time.monotonic()
         futures = [client.invoke({"i": i}, timeout=5) for i in range(20)]
 
@@ -102,10 +106,11 @@ def test_the_happy_path_makes_no_extra_call(descriptor, backend):
         results = [future.result(timeout=15) for future in futures]
         time.sleep(max(0.0, submitted + 5 + LATE_POLL.deadline_grace_s + 1 - time.monotonic()))
 
-    # THEN no check was made: no sessions read, and one GetObject per rollout (its own result)
+    # THEN no check was made: no sessions read, and one GetObject per rollout (its own result), twice for a result
+    # read before moto set its proof (moto sets an object's metadata after it is visible; D100)
     assert len(results) == 20
     assert calls["BatchGetItem"] == 0
-    assert calls["GetObject"] == 20
+    assert len(reads) == 20 and set(reads.values()) <= {1, 2} and calls["GetObject"] == reads.total()
     assert client._deadlines is not None and client._deadlines.calls == 0
     print(f"calls for 20 rollouts on the happy path: {dict(calls)}")
 
