@@ -39,7 +39,7 @@ import agentcore_rollouts_local  # noqa: F401  (puts local_stack, lambdas, examp
 from examples.math_agent.dataset import synthetic
 from examples.math_agent.local import MATH_AGENT
 from local_stack._process import environment
-from local_stack.stack import LocalStack
+from local_stack.stack import LAMBDA_INITIAL_POLLERS, LocalStack
 from rollout_contract.aws import ClientFactory
 from rollout_contract.sessions import SessionRecord
 from trainer_client import BatchItem, PollSettings, RolloutClient
@@ -123,13 +123,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=32, help="rollouts in flight at most (32)")
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between samples of the views (0.5)")
     parser.add_argument(
-        "--finisher-environments", type=int, help="finisher environments (default: the local stack's, D104)"
+        "--finisher-environments",
+        type=int,
+        default=LAMBDA_INITIAL_POLLERS,
+        help=f"finisher environments ({LAMBDA_INITIAL_POLLERS}, the local stack's default, D104)",
     )
     parser.add_argument("--run-dir", default=".local-stack/view-lag", help="logs and state")
     args = parser.parse_args(argv)
     record = results.begin("view_lag_bench")
-    environments = {} if args.finisher_environments is None else {"finisher_environments": args.finisher_environments}
-    stack = LocalStack(MATH_AGENT.settings(run_dir=Path(args.run_dir).resolve(), experiments=(EXP_ID,), **environments))
+    stack = LocalStack(
+        MATH_AGENT.settings(
+            run_dir=Path(args.run_dir).resolve(),
+            experiments=(EXP_ID,),
+            finisher_environments=args.finisher_environments,
+        )
+    )
     stack.start()
     try:
         with environment(stack.env), RolloutClient.for_experiment(EXP_ID, poll=PollSettings()) as client:
