@@ -65,6 +65,7 @@ from rollout_contract.resources import DEFAULT_SESSION_BUDGET, ExperimentDescrip
 from rollout_contract.settings import PathValue, Settings
 
 __all__ = [
+    "AGENT_NICENESS",
     "DEFAULT_RUN_DIR",
     "LAMBDA_INITIAL_POLLERS",
     "PROJECT_ROOT",
@@ -81,6 +82,9 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RUN_DIR = Path(".local-stack")
 #: Batches Lambda's SQS event source hands a function at once from the start (it adds more under a backlog).
 LAMBDA_INITIAL_POLLERS = 5
+#: Niceness of the agents' processes (the emulator's ``nice``): ACR runs each session in a microVM of its own, so on
+#: one machine the agents take the CPU the stand-ins for AWS's services, the workers and the trainer leave (D105).
+AGENT_NICENESS = 10
 
 
 def runtime_arn(exp_id: str, agent_name: str = DEFAULT_AGENT_NAME) -> str:
@@ -511,6 +515,7 @@ def agent_runtime(settings: StackSettings, arn: str, s3_endpoint: str | None) ->
         "command": list(settings.agent_command),
         "environment": agent_environment(settings, s3_endpoint),
         "qualifiers": list(endpoint_qualifiers(DEFAULT_QUALIFIER, settings.endpoints)),
+        "nice": AGENT_NICENESS,
         **settings.runtime_options,
     }
     if settings.kind is ExperimentKind.AGENT:  # a sandbox session starts in a fresh directory of its own

@@ -34,6 +34,7 @@ Config file (JSON; every field but ``runtimes[].arn`` and ``runtimes[].command``
         "invoke_tps": 25,                   # per endpoint (qualifier): token bucket (burst 1 s), invokes and stops
         "warm_pool_size": 0,                # fresh, never-used processes kept ready
         "cold_start_delay": {"min_s": 0, "max_s": 0},  # injected before each process start
+        "nice": 0,                          # how much nicer than the emulator sessions run (`nice -n`), 0-19
         "preload": []                       # modules to import once in a fork-server template; [] = off
       }]
     }

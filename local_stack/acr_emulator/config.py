@@ -93,6 +93,14 @@ class RuntimeConfig(BaseModel):
         description="Address space each session's process (and each process it starts) may map, in MiB; None: no "
         "limit. ACR gives a session a microVM of 8 GB; this is a per-process limit, not a total.",
     )
+    nice: int = Field(
+        default=0,
+        ge=0,
+        le=19,
+        description="How much nicer than the emulator each session's process runs, as `nice -n` (what it starts "
+        "inherits it). ACR runs a session in a microVM of its own, where it takes no CPU from AWS's services; on one "
+        "machine a positive value lets the emulator and what stands in for those services run first.",
+    )
     preload: tuple[str, ...] = Field(
         default=(),
         description="Modules a fork-server template imports once; each session is forked from it. Empty: off.",

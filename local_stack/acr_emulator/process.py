@@ -118,6 +118,25 @@ def _limit_memory(pid: int, megabytes: int) -> None:
         raise RuntimeClientError(f"could not limit the agent process's memory to {megabytes} MiB: {e}") from e
 
 
+def _lower_priority(pid: int, increment: int) -> None:
+    """Make process ``pid`` ``increment`` nicer than this one, as ``nice -n`` would (never below this process's
+    niceness, so it needs no privilege): each of its threads, since Linux's niceness is a thread's, and the threads
+    and processes it starts later inherit it. Set just after the start, as :func:`_limit_memory`.
+
+    Raises:
+        RuntimeClientError: the niceness could not be set (the process is gone, or the OS refused it).
+    """
+    nice = min(19, os.getpriority(os.PRIO_PROCESS, 0) + increment)
+    tasks = Path(f"/proc/{pid}/task")
+    try:
+        threads = [int(task.name) for task in tasks.iterdir()] if tasks.is_dir() else [pid]
+        for thread in threads:
+            with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+                os.setpriority(os.PRIO_PROCESS, thread, nice)
+    except OSError as e:
+        raise RuntimeClientError(f"could not make the agent process {increment} nicer: {e}") from e
+
+
 def listening_ports(pgid: int) -> set[int]:
     """TCP ports on which processes of process group ``pgid`` listen (read from Linux ``/proc``; empty elsewhere)."""
     proc = Path("/proc")
@@ -223,6 +242,8 @@ class AgentProcess:
                 proc = await _exec(runtime.command, env=env, cwd=cwd, out=log or sys.stderr)
             if runtime.memory_limit_mb is not None:
                 _limit_memory(proc.pid, runtime.memory_limit_mb)
+            if runtime.nice:
+                _lower_priority(proc.pid, runtime.nice)
         except BaseException:
             if proc is not None:
                 with contextlib.suppress(ProcessLookupError):

@@ -20,6 +20,8 @@ ARN_PREFIX = "arn:aws:bedrock-agentcore:us-east-1:123456789012:runtime/"
 SECRET_ENV = {"ACR_TEST_SECRET": "must-not-leak", "ACR_TEST_INHERITED": "inherited-value"}
 MAX_PAYLOAD_BYTES = 64 * 1024
 PRELOAD = ("preload_marker",)
+#: How much nicer than the emulator the "niced" runtimes' sessions run.
+NICE = 7
 BROKEN_PRELOAD = "acr_test_module_that_does_not_exist"
 
 
@@ -55,6 +57,8 @@ SHARED_RUNTIMES = (
     stdlib_runtime("throttled", invoke_tps=2),
     stdlib_runtime("warm", warm_pool_size=1),
     stdlib_runtime("qualified", qualifiers=("DEFAULT", "canary")),
+    stdlib_runtime("niced", nice=NICE),
+    stdlib_runtime("forked-niced", preload=PRELOAD, nice=NICE),
     RuntimeConfig(arn=arn("sdk"), command=(sys.executable, str(AGENTS / "sdk_agent.py")), ping_interval_s=0.2),
     # ACR's own contract: app.run() on 8080, plain and in a container (DOCKER_CONTAINER: it binds 0.0.0.0), forked
     RuntimeConfig(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from acr_helpers import SECRET_ENV, admin, arn, invoke_json, pid_alive, wait_for
+from acr_helpers import NICE, SECRET_ENV, admin, arn, invoke_json, pid_alive, wait_for
 
 from local_stack.acr_emulator.process import AGENT_SITE, release_port, reserve_port
 from rollout_contract import new_session_id
@@ -77,6 +77,23 @@ def test_sessions_get_separate_processes_directories_and_a_scrubbed_environment(
     basics = {"PORT", "PYTHONPATH", "HOME", "TMPDIR", "PATH", "LANG", "LANGUAGE", "TZ"}
     assert set(env) - {"ACR_TEST_INHERITED", "GRANTED", *basics} <= {k for k in env if k.startswith("LC_")}
     assert env["PYTHONPATH"] == str(AGENT_SITE)  # first on the path: the agent site (D53), nothing of the emulator's
+
+
+def _niceness(pid: int) -> set[int]:
+    """The niceness of every thread of process ``pid``."""
+    return {os.getpriority(os.PRIO_PROCESS, int(task.name)) for task in Path(f"/proc/{pid}/task").iterdir()}
+
+
+@pytest.mark.parametrize("runtime", ["niced", "forked-niced"])
+def test_a_niced_runtimes_sessions_run_that_much_nicer_than_the_emulator(client, runtime):
+    # GIVEN the emulator runs at this process's niceness (it inherits it), a runtime with `nice` and one without
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    # WHEN a session of each starts, exec-ed or forked from a template
+    niced = invoke_json(client, arn(runtime), new_session_id())
+    plain = invoke_json(client, arn("basic"), new_session_id())
+    # THEN every thread of the niced session's process is `nice` nicer, and the other's as the emulator's
+    assert _niceness(niced["pid"]) == {min(19, own + NICE)}
+    assert _niceness(plain["pid"]) == {own}
 
 
 def test_stop_ends_the_process_removes_its_directories_and_next_invoke_starts_fresh(client, session_id):
