@@ -9,7 +9,7 @@ the result prefix. What the index lists is checked against the stored results (t
 seconds after the result is stored, at a backlog): a rollout whose result is stored is counted ended, not in
 flight. The latest failures of the last five minutes are read from what is stored, whoever watched: the
 finished items of the sessions table (status and time) and the results found by that check, each reason from
-its result. A refresh costs: the index Query (a page per ~1 MB of rollouts in flight), at most one ListObjectsV2
+its result. A refresh costs: the index Query (a page per ~1 MB of rollouts in flight), about one ListObjectsV2
 per input id with a rollout not yet found ended (at most :data:`~trainer_client._sessions.CHECKED_INPUT_IDS`) and one
 GetObject per result found there since the last refresh (``InFlightCheck``), at most
 :data:`~trainer_client._sessions.FAILURE_SCAN_PAGES` Scan pages, at most

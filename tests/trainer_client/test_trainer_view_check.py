@@ -1,27 +1,39 @@
-"""How the views find which listed rollouts have a stored result: the pages of a run's prefix, or one list per input
-id, whichever takes fewer calls (``trainer_client._sessions._stored_keys``)."""
+"""How the views find which listed rollouts have a stored result: pages of a run's prefix while they pass its input
+ids densely, else one list per input id (``trainer_client._sessions._stored``, D105). A call costs a fixed amount
+and more with each key it returns, so both are counted."""
 
 from __future__ import annotations
 
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from trainer_client._sessions import _stored_keys
+from trainer_client._sessions import KEYS_PER_CALL, _stored
 
 
 class PagedBucket:
-    """S3's ListObjectsV2 over some keys, ``page`` keys a page, each call counted."""
+    """S3's ListObjectsV2 over some keys (at most ``MaxKeys`` a page); counts walks, lists and keys returned."""
 
-    def __init__(self, keys: list[str], page: int) -> None:
-        self.keys, self.page, self.calls = sorted(keys), page, Counter[str]()
+    def __init__(self, keys: list[str]) -> None:
+        self.keys = sorted(keys)
+        self.walks = self.lists = self.returned = 0
 
-    def list_objects_v2(self, Bucket: str, Prefix: str, StartAfter: str = "", ContinuationToken: str = "") -> Any:  # noqa: N803
-        self.calls["walk" if StartAfter or ContinuationToken else "prefix"] += 1
+    def list_objects_v2(
+        self,
+        Bucket: str,  # noqa: N803
+        Prefix: str,  # noqa: N803
+        StartAfter: str = "",  # noqa: N803
+        ContinuationToken: str = "",  # noqa: N803
+        MaxKeys: int = 1000,  # noqa: N803
+    ) -> Any:
+        if StartAfter or ContinuationToken:
+            self.walks += 1
+        else:
+            self.lists += 1
         after = ContinuationToken or StartAfter
         matching = [key for key in self.keys if key.startswith(Prefix) and key > after]
-        shown = matching[: self.page]
-        truncated = len(matching) > self.page
+        shown = matching[:MaxKeys]
+        self.returned += len(shown)
+        truncated = len(matching) > MaxKeys
         return {
             "Contents": [{"Key": key} for key in shown],
             "IsTruncated": truncated,
@@ -40,41 +52,49 @@ class PagedBucket:
                     if not page["IsTruncated"]:
                         return
                     token = page["NextContinuationToken"]
+                    bucket.walks -= 1  # a list's own next page, not a walk
 
         return Paginator()
 
 
-def _stored(bucket: PagedBucket, prefixes: set[str], wanted: set[str]) -> list[str]:
+def _found(bucket: PagedBucket, prefixes: set[str], wanted: set[str]) -> list[str]:
+    """The keys the check finds and reads (a read here returns its key)."""
     with ThreadPoolExecutor(4) as pool:
-        return _stored_keys(bucket, "b", prefixes, wanted, pool)  # type: ignore[arg-type]
+        return sorted(_stored(bucket, "b", prefixes, wanted, pool, lambda key: key))  # type: ignore[arg-type]
 
 
-def test_a_run_whose_results_fit_in_a_page_is_checked_with_one_list_whatever_its_input_ids() -> None:
-    # GIVEN 40 input ids in flight, 25 of them with a stored result, among 60 results of the experiment
-    stored = [f"exp/row-{n:02}/s{n}.json" for n in range(60)]
-    prefixes = {f"exp/row-{n:02}/" for n in range(20, 60)}
-    wanted = {f"exp/row-{n:02}/s{n}.json" for n in range(20, 45)} | {"exp/row-59/other.json"}
-    bucket = PagedBucket(stored, page=1000)
-    # WHEN the view checks them THEN it finds exactly the stored ones it wants, in one call (was: 40)
-    assert _stored(bucket, prefixes, wanted) == sorted(wanted - {"exp/row-59/other.json"})
-    assert bucket.calls == Counter({"walk": 1})
+def test_input_ids_in_flight_side_by_side_cost_one_call_of_few_keys_among_many_ended() -> None:
+    # GIVEN an eval's 1,200 ended rollouts and 30 in flight side by side, 10 of those with a result just stored
+    stored = [f"exp/row-{n:04}/s.json" for n in range(1200)]
+    prefixes = {f"exp/row-{n:04}/" for n in range(600, 630)}
+    wanted = {f"exp/row-{n:04}/s.json" for n in range(600, 630, 3)} | {"exp/row-0629/other.json"}
+    bucket = PagedBucket(stored)
+    # WHEN the view checks them THEN it finds exactly the stored ones it wants
+    assert _found(bucket, prefixes, wanted) == sorted(wanted - {"exp/row-0629/other.json"})
+    # AND in one call returning two keys per input id (D99's walk returned a page of 600 keys from the first)
+    assert (bucket.walks, bucket.lists, bucket.returned) == (1, 0, 2 * len(prefixes))
 
 
-def test_a_run_spread_over_many_pages_costs_at_most_twice_one_list_per_input_id() -> None:
-    # GIVEN results that span many pages of 3 keys, and three input ids in flight far apart
-    stored = [f"exp/row-{n:03}/s.json" for n in range(300)]
-    prefixes = {"exp/row-001/", "exp/row-150/", "exp/row-299/"}
+def test_input_ids_far_apart_are_listed_one_each_after_a_page_that_did_not_pay() -> None:
+    # GIVEN 30 input ids in flight, each 40 keys of ended rollouts from the next
+    stored = [f"exp/row-{n:04}/s.json" for n in range(1200)]
+    prefixes = {f"exp/row-{n:04}/" for n in range(0, 1200, 40)}
     wanted = {f"{prefix}s.json" for prefix in prefixes}
-    bucket = PagedBucket(stored, page=3)
-    # WHEN the view checks them THEN it finds all three, the walk given up once it would cost more than the lists
-    assert _stored(bucket, prefixes, wanted) == sorted(wanted)
-    assert sum(bucket.calls.values()) <= 2 * len(prefixes) and bucket.calls["prefix"] >= 1
+    bucket = PagedBucket(stored)
+    # WHEN the view checks them THEN it finds all, the walk given up after its first page (60 keys, 2 input ids)
+    assert _found(bucket, prefixes, wanted) == sorted(wanted)
+    assert (bucket.walks, bucket.lists) == (1, len(prefixes) - 2)
+    # AND reads no more keys than about two calls per input id would cost
+    assert bucket.returned <= len(prefixes) * (1 + 2 * KEYS_PER_CALL)
 
 
 def test_runs_are_walked_apart_and_a_lone_input_id_is_listed_alone() -> None:
+    # GIVEN two input ids of an experiment with a nested run's keys between them, and one of that run
     stored = ["exp/a/1.json", "exp/b/2.json", "exp/run/a/3.json", "exp/run/c/4.json", "exp/z/5.json"]
-    bucket = PagedBucket(stored, page=1000)
+    bucket = PagedBucket(stored)
     prefixes = {"exp/a/", "exp/z/", "exp/run/a/"}
     wanted = {"exp/a/1.json", "exp/z/5.json", "exp/run/a/3.json"}
-    assert _stored(bucket, prefixes, wanted) == sorted(wanted)
-    assert bucket.calls == Counter({"walk": 1, "prefix": 1})
+    # WHEN checked THEN the experiment's page (4 keys: two per input id) passes the first, the last is listed alone,
+    # and so is the run's one input id
+    assert _found(bucket, prefixes, wanted) == sorted(wanted)
+    assert (bucket.walks, bucket.lists) == (1, 2)
