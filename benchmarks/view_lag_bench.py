@@ -2,13 +2,15 @@
 
 Issue 38's measure: a ``--rollouts`` (400) rollout eval of the example math agent at ``--concurrency`` (32) on the
 local stack. While it runs, two samplers read the views every ``--interval`` (0.5) s, side by side: *before* is the
-sessions table's in-flight index alone (what every view showed until D92); *after* the same list checked against
-the stored results as ``rollouts top`` checks it across refreshes (``trainer_client._sessions.InFlightCheck``: a
-result found is kept, D99); *one_shot* checked afresh each time, as a ``rollouts sessions``, ``status`` or
-``cancel`` run does (``check_in_flight``). A rollout's lag is the last sample that showed it running minus
-the time its result was stored (``timings.finished_at``, set by the agent right before its put); zero when no
-sample showed it running after that. A sample's time is when the view is ready to print (the index query
-answered; for *after*, the check done too), so the check's own time counts in the lag it leaves.
+sessions table's in-flight index alone (what every view showed until D92); *after* the same list checked against the
+stored results as ``rollouts top`` checks it across refreshes (``trainer_client._sessions.InFlightCheck``: a result
+found is kept, D99); *one_shot* checked afresh each time, as a ``rollouts sessions``, ``status`` or ``cancel`` run
+does (``check_in_flight``). A rollout's lag is the last sample that showed it running minus the time its result was
+stored (its result event's SQS ``SentTimestamp``: moto's S3 sends the event from the put, right after it stored the
+object); zero when no sample showed it running after that. ``from_finished_at`` counts from the agent's
+``timings.finished_at`` instead, stamped before its put (so the put's own time counts too). A sample's time is when
+the view is ready to print (the index query answered; for *after*, the check done too), so the check's own time
+counts in the lag it leaves.
 
 Output: one JSON line and ``benchmarks/results/view_lag_bench.json``: per view, the lag's p50, p99 and max over
 every rollout and how many were shown running after their result was stored; per checked view the check's own
@@ -25,11 +27,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import re
 import sys
 import threading
 import time
 from collections.abc import Sequence
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +46,9 @@ from examples.math_agent.local import MATH_AGENT
 from local_stack._process import environment
 from local_stack.stack import LAMBDA_INITIAL_POLLERS, LocalStack
 from rollout_contract.aws import ClientFactory
+from rollout_contract.resources import ExperimentDescriptor
 from rollout_contract.sessions import SessionRecord
-from trainer_client import BatchItem, PollSettings, RolloutClient
+from trainer_client import PollSettings, RolloutClient, RolloutFuture
 from trainer_client._sessions import InFlightCheck, InFlightView, check_in_flight, in_flight_sessions
 from trainer_client._stored import ResultReader
 
@@ -66,13 +72,11 @@ class Sampler:
     it found across samples (``rollouts top``'s :class:`InFlightCheck`), else each sample checks afresh (a
     ``sessions``, ``status`` or ``cancel`` run). The *before* view (the index alone) is taken by the first."""
 
-    def __init__(self, stack: LocalStack, interval_s: float, *, refreshed: bool) -> None:
-        self.descriptor = stack.descriptors[EXP_ID]
-        factory = ClientFactory(region=self.descriptor.region, endpoints=self.descriptor.endpoints)
+    def __init__(self, descriptor: ExperimentDescriptor, interval_s: float, *, refreshed: bool) -> None:
+        self.descriptor = descriptor
+        factory = ClientFactory(region=descriptor.region, endpoints=descriptor.endpoints)
         self._dynamodb = factory.client("dynamodb")
-        reader = ResultReader(
-            factory.client("s3"), factory.client("secretsmanager"), self.descriptor.results_bucket, EXP_ID
-        )
+        reader = ResultReader(factory.client("s3"), factory.client("secretsmanager"), descriptor.results_bucket, EXP_ID)
 
         def check(records: Sequence[SessionRecord]) -> InFlightView:
             return check_in_flight(reader, records, EXP_ID)
@@ -84,11 +88,10 @@ class Sampler:
         self.index_s: list[float] = []
         self.check_s: list[float] = []
         self.listed: list[int] = []
-        self.stop = threading.Event()
 
-    def run(self) -> None:
-        """Sample until :attr:`stop` is set."""
-        while not self.stop.is_set():
+    def run(self, stop: EventType) -> None:
+        """Sample until ``stop`` is set."""
+        while not stop.is_set():
             at = time.time()
             records = in_flight_sessions(self._dynamodb, self.descriptor.resources, EXP_ID)
             listed_at = time.time()
@@ -100,7 +103,36 @@ class Sampler:
             for name, shown, ready_at in (("before", records, listed_at), (self.name, view.in_flight, checked_at)):
                 for record in shown:
                     self.last_shown[name][record.session_id] = ready_at
-            self.stop.wait(max(0.0, at + self._interval - time.time()))
+            stop.wait(max(0.0, at + self._interval - time.time()))
+
+
+def sample(descriptor: ExperimentDescriptor, interval_s: float, refreshed: bool, stop: EventType, out: Queue) -> None:
+    """A view's own process, as an operator's command is: sample until ``stop`` is set, then put the sampler on
+    ``out`` (its clients left behind)."""
+    sampler = Sampler(descriptor, interval_s, refreshed=refreshed)
+    sampler.run(stop)
+    del sampler._dynamodb, sampler._check
+    out.put(sampler)
+
+
+def run_eval(client: RolloutClient, rows: Sequence[dict[str, Any]], concurrency: int) -> list[RolloutFuture]:
+    """Run ``rows`` with at most ``concurrency`` in flight, as ``run_batch`` does; their futures once all ended."""
+    slots = threading.Semaphore(concurrency)
+    futures: list[RolloutFuture] = []
+    for row in rows:
+        slots.acquire()
+        (future,) = client.submit([(row, None)], timeout=300.0)
+        future.add_done_callback(lambda _: slots.release())
+        futures.append(future)
+    for future in futures:
+        future.exception()  # waits for its end
+    return futures
+
+
+def lags(last_shown: dict[str, float], ended_at: dict[str, float]) -> dict[str, Any]:
+    """How long after ``ended_at`` each rollout was last shown running: quantiles, and how many were."""
+    values = [max(0.0, last_shown.get(sid, 0.0) - at) for sid, at in ended_at.items()]
+    return {"lag_s": quantiles(values), "shown_running_after_stored": sum(lag > 0 for lag in values)}
 
 
 def finisher_batches(run_dir: Path) -> dict[str, Any]:
@@ -141,41 +173,46 @@ def main(argv: list[str] | None = None) -> int:
     stack.start()
     try:
         with environment(stack.env), RolloutClient.for_experiment(EXP_ID, poll=PollSettings()) as client:
-            # `top` and a `sessions` run after another, side by side (the stack's endpoints and dummy credentials)
-            samplers = [Sampler(stack, args.interval, refreshed=refreshed) for refreshed in (True, False)]
-            threads = [threading.Thread(target=sampler.run, daemon=True) for sampler in samplers]
+            # `top` and a `sessions` run after another, side by side, each in a process of its own (the stack's
+            # endpoints and dummy credentials in their environment)
+            spawn = multiprocessing.get_context("spawn")
+            stop, out = spawn.Event(), spawn.Queue()
+            views = [
+                spawn.Process(target=sample, args=(stack.descriptors[EXP_ID], args.interval, refreshed, stop, out))
+                for refreshed in (True, False)
+            ]
+            for view in views:
+                view.start()
+            time.sleep(5)  # the views' imports done before the eval starts
             started = time.monotonic()
-            for thread in threads:
-                thread.start()
-            rows = synthetic(args.rollouts)
-            items: list[BatchItem] = list(client.run_batch(rows, args.concurrency, 300.0))
+            futures = run_eval(client, synthetic(args.rollouts), args.concurrency)
             eval_s = time.monotonic() - started
         time.sleep(2 * args.interval)  # a last sample or two after the last result
-        for sampler, thread in zip(samplers, threads, strict=True):
-            sampler.stop.set()
-            thread.join()
+        stop.set()
+        samplers = sorted((out.get(timeout=60) for _ in views), key=lambda sampler: sampler.name)
+        for view in views:
+            view.join()
     finally:
         stack.stop()
     table = {"finisher_environments": stack.settings.finisher_environments, **finisher_batches(stack.run_dir)}
-    stored_at = {
-        item.session_id: item.result.timings.finished_at
-        for item in items
-        if item.result is not None and item.result.timings.finished_at is not None
+    results_of = [(future, future.result()) for future in futures if future.exception() is None]
+    stored_at = {result.session_id: future.event_sent_at for future, result in results_of if future.event_sent_at}
+    finished_at = {
+        result.session_id: result.timings.finished_at for _, result in results_of if result.timings.finished_at
     }
-    figures: dict[str, Any] = {"rollouts": len(items), "stored": len(stored_at), "eval_s": round(eval_s, 1)}
-    top, one_shot = samplers
+    figures: dict[str, Any] = {"rollouts": len(futures), "stored": len(stored_at), "eval_s": round(eval_s, 1)}
+    top, one_shot = samplers  # "after", "one_shot"
     for name, last_shown in (*top.last_shown.items(), (one_shot.name, one_shot.last_shown[one_shot.name])):
-        lags = [max(0.0, last_shown.get(sid, 0.0) - at) for sid, at in stored_at.items()]
-        figures[name] = {"lag_s": quantiles(lags), "shown_running_after_stored": sum(lag > 0 for lag in lags)}
+        figures[name] = {**lags(last_shown, stored_at), "from_finished_at": lags(last_shown, finished_at)}
     figures["before"]["table"] = table
     for sampler in samplers:
         figures[sampler.name]["index_s"] = quantiles(sampler.index_s)
         figures[sampler.name]["check_s"] = quantiles(sampler.check_s)
         figures[sampler.name]["listed_per_sample"] = quantiles([float(n) for n in sampler.listed])
     figures["check_calls"] = {
-        "after": "the input ids with a rollout not yet found ended: the pages of the run's prefix from the first,"
-        " or one ListObjectsV2 each if fewer + one GetObject per result new since the last sample",
-        "one_shot": "every input id listed (max 200), listed as above + one GetObject per result found",
+        "after": "one ListObjectsV2 per input id with a rollout not yet found ended + one GetObject per result new"
+        " since the last sample",
+        "one_shot": "one ListObjectsV2 per input id listed (max 200) + one GetObject per result found",
     }
     print(json.dumps(figures), flush=True)
     p99 = [figures[name]["lag_s"]["p99"] for name in ("after", "one_shot")]
