@@ -23,9 +23,8 @@ from typing import Any
 
 from examples.grpo_local.task import episode_payloads
 from examples.grpo_local.tinker import LoopSettings, loop_main, loop_summary
-from examples.grpo_local.train import AGENT, EXPERIMENT, plot_steps
+from examples.grpo_local.train import EXPERIMENT, plot_steps
 from local_stack._process import environment
-from local_stack.model_endpoint import EndpointSettings
 from local_stack.stack import LocalStack
 
 __all__ = ["main", "overrides", "run"]
@@ -86,14 +85,8 @@ def run(settings: LoopSettings, out: Any = sys.stdout) -> dict[str, Any]:
     model = save_tokenizer(output_dir / "tiny-policy")
     register()
     log = output_dir / "metrics.jsonl"
-    stack_settings = AGENT.settings(
-        run_dir=settings.run_dir,
-        experiments=(EXPERIMENT,),
-        model=EndpointSettings(model_name=str(model), seed=settings.seed, policy="transformer", tinker=True),
-        session_budget=4 * settings.prompts * settings.samples,
-        # rLLM's gateway client sends no key: the stack's gateway, rLLM's here, is open (D100)
-        gateway_open=True,
-    )
+    # rLLM's gateway client sends no key: the stack's gateway, rLLM's here, is open (D100)
+    stack_settings = settings.stack_settings(str(model), gateway_open=True)
     out.write(f"starting the local stack with the Tinker endpoint (logs in {settings.run_dir}/) ...\n")
     # rLLM's TinkerBackend reads its key from TINKER_API_KEY; the local endpoint takes any
     env = {"RLLM_HOME": str(output_dir / "rllm"), "VERL_FILE_LOGGER_PATH": str(log), "TINKER_API_KEY": "tml-local"}

@@ -26,7 +26,7 @@ from examples.grpo_local.task import episode_payloads
 from examples.grpo_local.train import AGENT, EXPERIMENT, MODEL_NAME, plot_steps
 from local_stack._process import environment
 from local_stack.model_endpoint import EndpointSettings
-from local_stack.stack import LocalStack
+from local_stack.stack import LocalStack, StackSettings
 
 __all__ = ["LoopSettings", "loop_main", "loop_summary", "main", "run"]
 
@@ -46,6 +46,17 @@ class LoopSettings:
     max_tokens: int = 8
     seed: int = 0
 
+    def stack_settings(self, model_name: str, **fields: Any) -> StackSettings:
+        """The run's local stack: the lookup agent, and the tiny policy behind the Tinker API served as
+        ``model_name`` (``fields``: more :class:`StackSettings`)."""
+        return AGENT.settings(
+            run_dir=self.run_dir,
+            experiments=(EXPERIMENT,),
+            model=EndpointSettings(model_name=model_name, seed=self.seed, policy="transformer", tinker=True),
+            session_budget=4 * self.prompts * self.samples,
+            **fields,
+        )
+
 
 def run(settings: LoopSettings, out: Any = sys.stdout) -> dict[str, Any]:
     """Train for ``settings.steps`` steps; return the summary (also printed as the last line)."""
@@ -58,14 +69,8 @@ def run(settings: LoopSettings, out: Any = sys.stdout) -> dict[str, Any]:
     dataset = output_dir / "dataset.jsonl"
     rows = episode_payloads(steps * prompts, seed=seed)
     dataset.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    stack_settings = AGENT.settings(
-        run_dir=run_dir,
-        experiments=(EXPERIMENT,),
-        model=EndpointSettings(model_name=MODEL_NAME, seed=seed, policy="transformer", tinker=True),
-        session_budget=4 * prompts * samples,
-    )
     out.write(f"starting the local stack with the Tinker endpoint (logs in {run_dir}/) ...\n")
-    with LocalStack(stack_settings) as stack, environment(stack.env):
+    with LocalStack(settings.stack_settings(MODEL_NAME)) as stack, environment(stack.env):
         config = TinkerConfig(
             experiment=EXPERIMENT,
             base_model=MODEL_NAME,
