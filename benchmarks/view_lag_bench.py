@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
@@ -67,6 +68,18 @@ def quantiles(values: list[float]) -> dict[str, float | int | None]:
     return {"p50": rank(0.5), "p99": rank(0.99), "max": rank(1.0), "count": len(ordered)}
 
 
+@dataclass
+class Samples:
+    """What one view showed: per view (``before`` and this one), when each rollout was last shown running; and each
+    sample's index query time, check time and rollouts listed."""
+
+    name: str
+    last_shown: dict[str, dict[str, float]]
+    index_s: list[float] = field(default_factory=list)
+    check_s: list[float] = field(default_factory=list)
+    listed: list[int] = field(default_factory=list)
+
+
 class Sampler:
     """Reads the in-flight index and its check against the stored results until stopped: ``refreshed`` keeps what
     it found across samples (``rollouts top``'s :class:`InFlightCheck`), else each sample checks afresh (a
@@ -83,40 +96,38 @@ class Sampler:
 
         self._check = InFlightCheck(check) if refreshed else check
         self._interval = interval_s
-        self.name = "after" if refreshed else "one_shot"
-        self.last_shown: dict[str, dict[str, float]] = {"before": {}, self.name: {}}
-        self.index_s: list[float] = []
-        self.check_s: list[float] = []
-        self.listed: list[int] = []
+        name = "after" if refreshed else "one_shot"
+        self.samples = Samples(name, {"before": {}, name: {}})
 
     def run(self, stop: EventType) -> None:
         """Sample until ``stop`` is set."""
+        samples = self.samples
         while not stop.is_set():
             at = time.time()
             records = in_flight_sessions(self._dynamodb, self.descriptor.resources, EXP_ID)
             listed_at = time.time()
             view = self._check(records)
             checked_at = time.time()
-            self.index_s.append(listed_at - at)
-            self.check_s.append(checked_at - listed_at)
-            self.listed.append(len(records))
-            for name, shown, ready_at in (("before", records, listed_at), (self.name, view.in_flight, checked_at)):
+            samples.index_s.append(listed_at - at)
+            samples.check_s.append(checked_at - listed_at)
+            samples.listed.append(len(records))
+            for name, shown, ready_at in (("before", records, listed_at), (samples.name, view.in_flight, checked_at)):
                 for record in shown:
-                    self.last_shown[name][record.session_id] = ready_at
+                    samples.last_shown[name][record.session_id] = ready_at
             stop.wait(max(0.0, at + self._interval - time.time()))
 
 
 def sample(descriptor: ExperimentDescriptor, interval_s: float, refreshed: bool, stop: EventType, out: Queue) -> None:
-    """A view's own process, as an operator's command is: sample until ``stop`` is set, then put the sampler on
-    ``out`` (its clients left behind)."""
+    """A view's own process, as an operator's command is: sample until ``stop`` is set, then put its
+    :class:`Samples` on ``out``."""
     sampler = Sampler(descriptor, interval_s, refreshed=refreshed)
     sampler.run(stop)
-    del sampler._dynamodb, sampler._check
-    out.put(sampler)
+    out.put(sampler.samples)
 
 
 def run_eval(client: RolloutClient, rows: Sequence[dict[str, Any]], concurrency: int) -> list[RolloutFuture]:
-    """Run ``rows`` with at most ``concurrency`` in flight, as ``run_batch`` does; their futures once all ended."""
+    """Run ``rows`` with at most ``concurrency`` in flight, as ``run_batch`` does; their futures once all ended
+    (futures, not ``run_batch``'s items: a future knows when its result event was sent)."""
     slots = threading.Semaphore(concurrency)
     futures: list[RolloutFuture] = []
     for row in rows:
@@ -189,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             eval_s = time.monotonic() - started
         time.sleep(2 * args.interval)  # a last sample or two after the last result
         stop.set()
-        samplers = sorted((out.get(timeout=60) for _ in views), key=lambda sampler: sampler.name)
+        seen = sorted((out.get(timeout=60) for _ in views), key=lambda samples: samples.name)
         for view in views:
             view.join()
     finally:
@@ -201,18 +212,18 @@ def main(argv: list[str] | None = None) -> int:
         result.session_id: result.timings.finished_at for _, result in results_of if result.timings.finished_at
     }
     figures: dict[str, Any] = {"rollouts": len(futures), "stored": len(stored_at), "eval_s": round(eval_s, 1)}
-    top, one_shot = samplers  # "after", "one_shot"
+    top, one_shot = seen  # "after", "one_shot"
     for name, last_shown in (*top.last_shown.items(), (one_shot.name, one_shot.last_shown[one_shot.name])):
         figures[name] = {**lags(last_shown, stored_at), "from_finished_at": lags(last_shown, finished_at)}
     figures["before"]["table"] = table
-    for sampler in samplers:
-        figures[sampler.name]["index_s"] = quantiles(sampler.index_s)
-        figures[sampler.name]["check_s"] = quantiles(sampler.check_s)
-        figures[sampler.name]["listed_per_sample"] = quantiles([float(n) for n in sampler.listed])
+    for samples in seen:
+        figures[samples.name]["index_s"] = quantiles(samples.index_s)
+        figures[samples.name]["check_s"] = quantiles(samples.check_s)
+        figures[samples.name]["listed_per_sample"] = quantiles([float(n) for n in samples.listed])
     figures["check_calls"] = {
-        "after": "one ListObjectsV2 per input id with a rollout not yet found ended + one GetObject per result new"
-        " since the last sample",
-        "one_shot": "one ListObjectsV2 per input id listed (max 200) + one GetObject per result found",
+        "after": "the input ids with a rollout not yet found ended: short pages of the run's prefix while they pass"
+        " them densely, else one ListObjectsV2 each + one GetObject per result new since the last sample",
+        "one_shot": "every input id listed (max 200), listed as above + one GetObject per result found",
     }
     print(json.dumps(figures), flush=True)
     p99 = [figures[name]["lag_s"]["p99"] for name in ("after", "one_shot")]
